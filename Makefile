@@ -1,0 +1,88 @@
+# moestream build. `make` builds ./moestream; `make test` runs the whole suite.
+#
+# One binary for any x86-64 with AVX2: the common code is compiled for the
+# baseline ISA, the SIMD kernels per file with their own -m flags, and the op
+# table is chosen at run time from the CPU's features (no -march=native).
+# Warnings are on and none is silenced; OpenMP is required, not optional.
+
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
+           -Wmissing-prototypes -Wvla -fopenmp -D_GNU_SOURCE -fno-fast-math \
+           -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
+LDFLAGS := -fopenmp $(SAN)
+LDLIBS  := -ljansson -luring -lm -lpthread
+
+# Per-file ISA flags: only these files may contain intrinsics.
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
+
+LIB_SRC  := $(sort $(wildcard src/*/*.c))
+APP_SRC  := $(sort $(wildcard app/*.c))
+TEST_SRC := $(sort $(wildcard tests/*/test_*.c))
+BENCH_SRC:= $(sort $(wildcard bench/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
+BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
+LIB      := $(BUILD)/libmoestream.a
+BIN      ?= moestream
+
+.PHONY: all test tests bench asan check demo clean
+all: $(BIN)
+
+$(BUILD)/src/kernels/x86_avx2.o: CFLAGS += $(AVX2_FLAGS)
+$(BUILD)/src/kernels/x86_avx512.o: CFLAGS += $(AVX512_FLAGS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(APP_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+tests: $(TEST_BIN) $(BIN)
+bench: $(BENCH_BIN) $(BIN)
+
+test: tests
+	@BUILD=$(BUILD) BIN=./$(BIN) tests/run.sh
+
+# The loader and CLI refusal tests again, under AddressSanitizer + UBSan.
+asan:
+	$(MAKE) BUILD=build-asan BIN=build-asan/moestream OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+# The whole suite, then again under the sanitizers (what CI runs).
+check: test asan
+
+# Demo: a generated gpt_oss checkpoint (or MODEL=dir), inspected, then 64
+# greedy tokens with statistics.
+MODEL ?= $(BUILD)/demo-model
+DEMO_IDS := 200 1000 3000 17 512 9000 42 7 1234 4321 99 5000
+demo: $(BIN)
+	@if [ "$(MODEL)" = "$(BUILD)/demo-model" ] && [ ! -f $(MODEL)/config.json ]; then \
+	    echo "demo: writing a random-weight gpt_oss checkpoint to $(MODEL)"; \
+	    /usr/bin/python3 tools/tinyckpt/gpt_oss.py --preset small --seed 1 --out $(MODEL); fi
+	./$(BIN) inspect $(MODEL)
+	@echo "$(DEMO_IDS)" > $(BUILD)/demo.ids
+	./$(BIN) run $(MODEL) --prompt-ids $(BUILD)/demo.ids -n 64 --temp 0 --ignore-eos --ids --stats
+
+clean:
+	rm -rf build build-asan $(BIN)
+
+-include $(LIB_OBJ:.o=.d) $(APP_OBJ:.o=.d)

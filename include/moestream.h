@@ -1,0 +1,129 @@
+/* moestream public API.
+ *
+ * An engine is a loaded model (read-only after open: config, resident
+ * weights, expert store). A session is one timeline over an engine: its KV
+ * cache, its position and the logits of its last evaluated token. Front ends
+ * (CLI, server, bench) see only this header.
+ *
+ * Ownership: ms_engine_open/ms_engine_close and ms_session_open/
+ * ms_session_close pair up; close functions accept NULL. A session must be
+ * closed before its engine. Errors are returned as a status (0 = ok,
+ * negative = failure) with an ms_error that says what was expected and found.
+ */
+#ifndef MOESTREAM_H
+#define MOESTREAM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define MS_VERSION "0.1.0"
+
+enum ms_status {
+    MS_OK = 0,
+    MS_E_IO = -1,           /* a file could not be opened or read */
+    MS_E_FORMAT = -2,       /* a file is malformed (header, JSON, shapes) */
+    MS_E_UNSUPPORTED = -3,  /* well formed, but not something we run */
+    MS_E_NOMEM = -4,
+    MS_E_ARG = -5,          /* bad argument from the caller */
+    MS_E_CONTEXT_FULL = -6, /* the KV cache has no room for the request */
+    MS_E_MISMATCH = -7,     /* L0: checkpoint does not match its family */
+};
+
+typedef struct ms_error {
+    int code;       /* one of enum ms_status */
+    char msg[1024]; /* one sentence: object, expected, found */
+} ms_error;
+
+typedef struct ms_engine ms_engine;
+typedef struct ms_session ms_session;
+
+/* Engine options. Zero-initialise, then set what you need. */
+typedef struct ms_engine_opts {
+    int n_threads;       /* compute threads; 0 = all online CPUs */
+    int64_t ctx;         /* default context for sessions; 0 = from config, capped */
+    int quiet;           /* no progress lines on stderr */
+} ms_engine_opts;
+
+/* What a front end needs to know about a loaded model. Owned by the engine. */
+typedef struct ms_model_info {
+    const char *family;       /* model_type, e.g. "gpt_oss" */
+    int32_t vocab_size;
+    int64_t max_ctx;          /* max_position_embeddings from config */
+    int32_t n_stop;
+    const int32_t *stop_ids;  /* eos ids from generation_config/config */
+    int32_t bos_id;           /* -1 when none */
+} ms_model_info;
+
+int ms_engine_open(const char *model_dir, const ms_engine_opts *opts,
+                   ms_engine **out, ms_error *err);
+void ms_engine_close(ms_engine *eng);
+const ms_model_info *ms_engine_info(const ms_engine *eng);
+
+/* Session options. Zero-initialise. */
+typedef struct ms_session_opts {
+    int64_t ctx;           /* KV capacity in tokens; 0 = engine default */
+    const char *dump_dir;  /* write named intermediates here (tests); NULL = off */
+} ms_session_opts;
+
+int ms_session_open(ms_engine *eng, const ms_session_opts *opts,
+                    ms_session **out, ms_error *err);
+void ms_session_close(ms_session *s);
+
+/* Number of positions held in the KV cache (the next token's position). */
+int64_t ms_session_pos(const ms_session *s);
+int64_t ms_session_ctx(const ms_session *s);
+
+/* Forget positions >= keep (0 <= keep <= pos); logits become undefined until
+ * the next eval. */
+int ms_session_truncate(ms_session *s, int64_t keep, ms_error *err);
+
+/* Feeds n tokens at positions pos..pos+n-1. If logits is not NULL it
+ * receives [n][vocab] float32 rows (row t predicts the token after ids[t]);
+ * in all cases the last row is kept and returned by ms_session_logits.
+ * Fails with MS_E_CONTEXT_FULL, before touching the cache, when
+ * pos + n > ctx. */
+int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n,
+                    float *logits, ms_error *err);
+const float *ms_session_logits(const ms_session *s);
+
+/* Per-session timing and traffic counters, accumulated since open. */
+typedef struct ms_stats {
+    int64_t n_prefill_tokens, n_decode_tokens;
+    double t_prefill, t_decode;          /* seconds of wall time in eval */
+    double t_attn, t_experts, t_head, t_other;
+} ms_stats;
+void ms_session_stats(const ms_session *s, ms_stats *out);
+
+/* Sampling. temperature 0 is greedy (argmax, lowest id on ties); top_k 0,
+ * top_p 1 and min_p 0 disable those filters. Applied in the order
+ * temperature, top-k, softmax, top-p, min-p, then one draw. */
+typedef struct ms_sampling {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    uint64_t seed;
+} ms_sampling;
+
+typedef struct ms_sampler ms_sampler;
+
+/* Defaults of the checkpoint (generation_config.json temperature, top_p,
+ * top_k; greedy when do_sample is false), else temperature 1. */
+void ms_engine_default_sampling(const ms_engine *eng, ms_sampling *out);
+
+int ms_sampler_open(const ms_sampling *p, int32_t vocab, ms_sampler **out, ms_error *err);
+void ms_sampler_close(ms_sampler *s);
+/* Draws the next token from a logits row of vocab floats. */
+int32_t ms_sampler_next(ms_sampler *s, const float *logits);
+
+/* L0 report: family, dimensions, tensor counts per dtype, dense vs expert
+ * bytes and a verdict. Writes the report to out; returns 0 when every
+ * tensor the family needs is present with the right dtype and shape and
+ * nothing unexpected is stored, MS_E_MISMATCH otherwise (err says how many),
+ * or another error when the folder cannot be read at all. */
+int ms_inspect(const char *model_dir, FILE *out, ms_error *err);
+
+/* The kernel path chosen for this CPU ("avx512", "avx2", "scalar"). */
+const char *ms_kernel_path(void);
+
+#endif
