@@ -1,0 +1,47 @@
+/* moestream: command dispatch. Each command lives in its own file and uses
+ * only the public API (include/moestream.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *usage;
+} commands[] = {
+    {"run", cmd_run,
+     "run MODEL_DIR --prompt-ids FILE [-n N] [--temp T] [--top-p P] [--top-k K] "
+     "[--min-p P] [--seed S] [--ctx N] [--ids] [--ignore-eos] [--stats] [--threads N]"},
+    {"logits", cmd_logits,
+     "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--feed N] [--dump DIR] "
+     "[--threads N]"},
+    {"inspect", cmd_inspect, "inspect MODEL_DIR"},
+};
+
+static int usage(FILE *out)
+{
+    fprintf(out, "moestream %s: runs Mixture-of-Experts models from their Hugging Face "
+            "checkpoint folders\n\nusage:\n", MS_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  moestream %s\n", commands[i].usage);
+    fprintf(out, "  moestream --version\n");
+    return out == stdout ? 0 : 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage(stderr);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("moestream %s (kernels: %s)\n", MS_VERSION, ms_kernel_path());
+        return 0;
+    }
+    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return usage(stdout);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "moestream: unknown command \"%s\"\n", argv[1]);
+    return usage(stderr);
+}

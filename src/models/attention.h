@@ -1,0 +1,44 @@
+/* Grouped-query attention with the variants the GQA families use: q/k/v/o
+ * biases (gpt_oss), per-head RMSNorm of q and k before RoPE (qwen3_moe),
+ * attention sinks (gpt_oss: one learned logit per head in the softmax
+ * denominator), and a sliding window (a query at p sees keys p-window+1..p).
+ *
+ * Head h reads KV head h / (n_heads / n_kv_heads), as upstream's
+ * q.view(-1, n_kv, q_mult, d) and repeat_kv both do. The KV row of a
+ * position is [K: n_kv*head_dim | V: n_kv*head_dim]. */
+#ifndef MS_MODELS_ATTENTION_H
+#define MS_MODELS_ATTENTION_H
+
+#include "models/family.h"
+#include "models/rope.h"
+
+typedef struct ms_gqa {
+    int n_heads, n_kv_heads, head_dim;
+    int64_t d_model;
+    ms_mat wq, wk, wv, wo;          /* [n_heads*hd][d], [n_kv*hd][d] x2, [d][n_heads*hd] */
+    const float *bq, *bk, *bv, *bo; /* biases or NULL */
+    const float *q_norm, *k_norm;   /* [head_dim] RMSNorm weights or NULL */
+    float norm_eps;
+    const float *sinks;             /* [n_heads] or NULL */
+    int64_t window;                 /* 0: full causal attention */
+    float scale;                    /* softmax scale, 1/sqrt(head_dim) */
+    const ms_rope *rope;
+} ms_gqa;
+
+/* Floats per position in this layer's KV cache. */
+static inline int64_t ms_gqa_kv_row(const ms_gqa *a)
+{
+    return 2 * (int64_t)a->n_kv_heads * a->head_dim;
+}
+
+/* Scratch floats ms_gqa_forward needs for n positions. */
+int64_t ms_gqa_scratch(const ms_gqa *a, int64_t n);
+
+/* Attention over n positions f->pos0.. with x = normed input [n][d_model];
+ * writes their K/V into kv and the projected output (o_proj + bias, no
+ * residual) into out [n][d_model]. Positions are processed in order, each
+ * written before it attends, so a ring buffer of `window` slots suffices. */
+void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, ms_kv *kv, const float *x,
+                    float *out, float *scratch);
+
+#endif

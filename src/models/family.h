@@ -1,0 +1,98 @@
+/* The model-family interface.
+ *
+ * A family turns a checkpoint into a model (binding every tensor through the
+ * binder, which doubles as the L0 check) and runs a forward pass over a
+ * block of consecutive positions. Every family's model struct starts with
+ * ms_model, which the runtime reads without knowing the family; the rest is
+ * the family's own (its own hyper-parameters, no union of all families).
+ *
+ * Adding a family: write src/models/<model_type>.c describing the graph with
+ * the shared blocks (norm, rope, attention, routers, MoE FFN), export its
+ * ms_family, and list it in registry.c. */
+#ifndef MS_MODELS_FAMILY_H
+#define MS_MODELS_FAMILY_H
+
+#include <stdio.h>
+
+#include "base/arena.h"
+#include "base/trace.h"
+#include "format/checkpoint.h"
+#include "weights/bind.h"
+#include "weights/experts.h"
+
+/* One layer's KV cache, owned by the session: cap positions of row floats,
+ * position p at slot p % cap (cap < context only for sliding-window layers,
+ * where cap >= window). */
+typedef struct ms_kv {
+    float *data;      /* [cap][row] */
+    int64_t cap;
+    int64_t row;
+} ms_kv;
+
+static inline float *ms_kv_at(const ms_kv *kv, int64_t pos)
+{
+    return kv->data + (pos % kv->cap) * kv->row;
+}
+
+typedef struct ms_timers {
+    double attn, experts, head, other;   /* seconds */
+} ms_timers;
+
+/* One forward call: n consecutive positions pos0..pos0+n-1 (n <= max_batch). */
+typedef struct ms_fwd {
+    const int32_t *ids;       /* [n] */
+    int64_t n, pos0;
+    ms_kv *kv;                /* [n_layers] */
+    float *scores;            /* attention scratch: [n_threads][ctx] */
+    int64_t ctx;              /* positions the session can hold */
+    float *logits;            /* [n][vocab] when logits_all, else [vocab] (last row) */
+    int logits_all;
+    ms_trace *trace;          /* NULL unless dumping named intermediates */
+    ms_timers *timers;
+} ms_fwd;
+
+typedef struct ms_model_opts {
+    int max_batch;            /* most positions per forward call */
+    int check_only;           /* bind for inspection only: no buffers, no copies */
+} ms_model_opts;
+
+struct ms_family;
+
+typedef struct ms_model {
+    const struct ms_family *family;
+    ms_arena arena;           /* resident small tensors and scratch */
+    int n_layers;
+    int64_t d_model, vocab, max_ctx;
+    int max_batch;
+    int64_t *kv_row;          /* [n_layers] floats per position */
+    int64_t *kv_window;       /* [n_layers] 0 = full context, else window */
+    ms_expert_store *experts; /* NULL for dense models */
+    int n_experts, n_experts_used;
+} ms_model;
+
+typedef struct ms_family {
+    const char *model_type;
+    /* Reads config.json, binds every tensor through b (problems are recorded
+     * in b, not returned), allocates the model. Returns -1 with err only for
+     * errors that stop the walk (unreadable config, out of memory). */
+    int (*open)(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *opts,
+                ms_model **out, ms_err *err);
+    void (*close)(ms_model *m);
+    /* Prints every config dimension the family uses, one "key: value" per line. */
+    void (*describe)(const ms_model *m, FILE *out);
+    int (*forward)(ms_model *m, const ms_fwd *f, ms_err *err);
+} ms_family;
+
+/* The families this binary runs (listed in registry.c). */
+extern const ms_family ms_family_gpt_oss;
+
+/* The family for a checkpoint's config.json model_type; an error listing
+ * the supported ones otherwise. */
+const ms_family *ms_family_find(const ms_checkpoint *ck, ms_err *err);
+
+/* Allocates the ms_model part of a family model of `size` bytes (zeroed),
+ * with per-layer KV tables for n_layers. */
+void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *err);
+void ms_model_free(ms_model *m);
+
+#endif

@@ -1,0 +1,112 @@
+/* Routers and the batched expert FFN. */
+#include "models/moe.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "models/ops.h"
+
+void ms_topk(const float *v, int n, int k, int32_t *idx)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++)
+                taken |= idx[q] == i;
+            if (!taken && (best < 0 || v[i] > v[best]))
+                best = i;
+        }
+        idx[j] = best;
+    }
+}
+
+void ms_route_topk_softmax(const float *logits, int64_t n, int n_experts, int k,
+                           int32_t *ids, float *w)
+{
+    for (int64_t t = 0; t < n; t++) {
+        const float *l = logits + t * n_experts;
+        int32_t *id = ids + t * k;
+        float *wt = w + t * k;
+        ms_topk(l, n_experts, k, id);
+        for (int j = 0; j < k; j++)
+            wt[j] = l[id[j]];
+        ms_softmax(wt, k);
+    }
+}
+
+int64_t ms_moe_scratch(const ms_moe *m, int64_t n)
+{
+    /* gathered inputs, hidden, outputs per expert, and all contributions */
+    return n * m->d_model + n * 2 * m->d_ff + n * m->d_ff + n * m->d_model +
+           n * m->top_k * m->d_model + n * m->top_k;
+}
+
+/* The FFN of one expert on rows X [rows][d_model] -> Y [rows][d_model]. */
+static void expert_ffn(const ms_moe *m, const ms_expert_lease *e, const float *X, int rows,
+                       float *H2, float *H, float *Y)
+{
+    int64_t ff = m->d_ff;
+    if (m->ffn == MS_FFN_OAI_CLAMPED) {
+        ms_matmul(&e->mat[0], X, rows, H2);
+        ms_add_bias(H2, m->gate_up_bias + (int64_t)e->expert * 2 * ff, rows, 2 * ff);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t j = 0; j < ff; j++) {
+                float g = H2[r * 2 * ff + 2 * j], u = H2[r * 2 * ff + 2 * j + 1];
+                g = g > m->limit ? m->limit : g;
+                u = u > m->limit ? m->limit : u < -m->limit ? -m->limit : u;
+                float glu = g / (1.0f + expf(-m->alpha * g));
+                H[r * ff + j] = glu * (u + 1.0f);
+            }
+        }
+        ms_matmul(&e->mat[1], H, rows, Y);
+        ms_add_bias(Y, m->down_bias + (int64_t)e->expert * m->d_model, rows, m->d_model);
+    } else {
+        float *G = H2, *U = H2 + rows * ff;
+        ms_matmul(&e->mat[0], X, rows, G);
+        ms_matmul(&e->mat[1], X, rows, U);
+        for (int64_t i = 0; i < rows * ff; i++)
+            H[i] = G[i] / (1.0f + expf(-G[i])) * U[i];
+        ms_matmul(&e->mat[2], H, rows, Y);
+    }
+}
+
+int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t n,
+                   const int32_t *ids, const float *w, float *out, float *scratch,
+                   ms_err *err)
+{
+    int64_t d = m->d_model, k = m->top_k;
+    float *X = scratch, *H2 = X + n * d, *H = H2 + n * 2 * m->d_ff, *Y = H + n * m->d_ff;
+    float *contrib = Y + n * d;           /* [n][k][d] */
+    int32_t *slot = (int32_t *)(contrib + n * k * d); /* [n*k] slots of the current expert */
+
+    for (int e = 0; e < m->n_experts; e++) {
+        int rows = 0;
+        for (int64_t i = 0; i < n * k; i++)
+            if (ids[i] == e) {
+                slot[rows] = (int32_t)i;
+                memcpy(X + rows * d, x + (i / k) * d, (size_t)d * 4);
+                rows++;
+            }
+        if (!rows)
+            continue;
+        ms_expert_lease lease;
+        if (ms_expert_get(st, m->layer, e, &lease, err))
+            return -1;
+        expert_ffn(m, &lease, X, rows, H2, H, Y);
+        ms_expert_put(st, &lease);
+        for (int r = 0; r < rows; r++)
+            memcpy(contrib + (int64_t)slot[r] * d, Y + r * d, (size_t)d * 4);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        float *o = out + t * d;
+        memset(o, 0, (size_t)d * 4);
+        for (int64_t j = 0; j < k; j++) {
+            const float *c = contrib + (t * k + j) * d;
+            float wj = w[t * k + j];
+            for (int64_t i = 0; i < d; i++)
+                o[i] += wj * c[i];
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,29 @@
+/* Small row-wise operations shared by the families (norms, activations,
+ * embedding rows, softmax). Scalar float32; they are cheap next to the
+ * matrix work and their order of operations is fixed. */
+#ifndef MS_MODELS_OPS_H
+#define MS_MODELS_OPS_H
+
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+/* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n rows of d (in place ok). */
+void ms_rmsnorm(const float *x, const float *w, float eps, int64_t n, int64_t d, float *out);
+
+/* x[i] += y[i] over n values. */
+void ms_add(float *x, const float *y, int64_t n);
+
+/* Adds bias[j] to each of n rows of d. */
+void ms_add_bias(float *x, const float *bias, int64_t n, int64_t d);
+
+/* Exact float32 decode of row r of an embedding/weight matrix. */
+void ms_mat_row(const ms_mat *w, int64_t r, float *out);
+
+/* In-place softmax over n values. */
+void ms_softmax(float *x, int64_t n);
+
+/* Wall-clock seconds (monotonic). */
+double ms_now(void);
+
+#endif

@@ -1,0 +1,61 @@
+/* model_type -> family. The only list of supported families. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "models/family.h"
+
+static const ms_family *const families[] = {
+    &ms_family_gpt_oss,
+};
+
+const ms_family *ms_family_find(const ms_checkpoint *ck, ms_err *err)
+{
+    const char *type;
+    if (ms_json_str(ck->config, "config.json", "model_type", &type, err))
+        return NULL;
+    size_t n = sizeof families / sizeof families[0];
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(families[i]->model_type, type) == 0)
+            return families[i];
+    char list[256] = "";
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "",
+                              families[i]->model_type);
+    ms_err_set(err, MS_E_UNSUPPORTED,
+               "%s/config.json: model_type \"%s\" is not supported (supported: %s)", ck->dir,
+               type, list);
+    return NULL;
+}
+
+void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *err)
+{
+    if (n_layers <= 0 || n_layers > 4096) {
+        ms_err_set(err, MS_E_FORMAT, "config.json: num_hidden_layers %d out of range", n_layers);
+        return NULL;
+    }
+    ms_model *m = ms_calloc(1, size, "model", err);
+    if (!m)
+        return NULL;
+    m->family = fam;
+    m->n_layers = n_layers;
+    m->kv_row = ms_calloc((size_t)n_layers, sizeof *m->kv_row, "kv table", err);
+    m->kv_window = ms_calloc((size_t)n_layers, sizeof *m->kv_window, "kv table", err);
+    if (!m->kv_row || !m->kv_window) {
+        ms_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void ms_model_free(ms_model *m)
+{
+    if (!m)
+        return;
+    ms_expert_store_close(m->experts);
+    ms_arena_free(&m->arena);
+    free(m->kv_row);
+    free(m->kv_window);
+    free(m);
+}

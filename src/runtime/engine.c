@@ -1,0 +1,127 @@
+/* Engine: open a checkpoint folder, find its family, bind and check every
+ * tensor (refusing the model when L0 fails), choose the default context. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/sysmem.h"
+#include "runtime/engine.h"
+
+static int64_t kv_bytes_per_token(const ms_model *m)
+{
+    int64_t b = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (!m->kv_window[l])
+            b += m->kv_row[l] * 4;
+    return b;
+}
+
+/* Default context: the config's maximum, capped so that the full-attention
+ * KV cache fits in a quarter of the memory available now. */
+static int64_t default_ctx(const ms_model *m, int quiet)
+{
+    int64_t per = kv_bytes_per_token(m), ctx = m->max_ctx;
+    uint64_t avail = ms_mem_available();
+    if (per > 0 && avail) {
+        int64_t cap = (int64_t)(avail / 4 / (uint64_t)per);
+        cap = cap < 256 ? 256 : cap;
+        if (cap < ctx) {
+            if (!quiet)
+                fprintf(stderr, "moestream: context capped to %lld tokens by memory "
+                        "(KV cache %.1f KB/token, %.1f GB available); --ctx overrides\n",
+                        (long long)cap, (double)per / 1024, (double)avail / 1e9);
+            ctx = cap;
+        }
+    }
+    return ctx;
+}
+
+int ms_engine_read_special_ids(ms_engine *eng, ms_err *err)
+{
+    const json_t *g = eng->ck->gen_config, *c = eng->ck->config;
+    const char *gf = "generation_config.json", *cf = "config.json";
+    int64_t ids[MS_MAX_STOP], bos[1];
+    int n = 0, nb = 0;
+    if (g && ms_json_int_list(g, gf, "eos_token_id", ids, MS_MAX_STOP, &n, err))
+        return -1;
+    if (!n && ms_json_int_list(c, cf, "eos_token_id", ids, MS_MAX_STOP, &n, err))
+        return -1;
+    if (g && ms_json_int_list(g, gf, "bos_token_id", bos, 1, &nb, err))
+        return -1;
+    if (!nb && ms_json_int_list(c, cf, "bos_token_id", bos, 1, &nb, err))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= eng->model->vocab)
+            return ms_err_set(err, MS_E_FORMAT, "eos_token_id %lld is outside the vocabulary "
+                              "(%lld)", (long long)ids[i], (long long)eng->model->vocab);
+        eng->stop_ids[i] = (int32_t)ids[i];
+    }
+    eng->info.n_stop = n;
+    eng->info.stop_ids = eng->stop_ids;
+    eng->info.bos_id = nb ? (int32_t)bos[0] : -1;
+    return 0;
+}
+
+/* Binds the model; refuses it with the first problems when L0 fails. */
+static int load_model(ms_engine *eng, ms_err *err)
+{
+    ms_binder b;
+    if (ms_binder_init(&b, eng->ck, 0, err))
+        return -1;
+    ms_model_opts mo = {.max_batch = MS_MAX_BATCH};
+    int rc = eng->family->open(eng->ck, &b, &mo, &eng->model, err);
+    if (rc == 0) {
+        ms_bind_finish(&b);
+        if (b.n_problems) {
+            rc = ms_err_set(err, MS_E_MISMATCH,
+                            "%s: %d tensor problem%s for %s, first: %s (run `moestream "
+                            "inspect %s` for the full list)",
+                            eng->ck->dir, b.n_problems, b.n_problems > 1 ? "s" : "",
+                            eng->family->model_type, b.problems[0], eng->ck->dir);
+        }
+    }
+    ms_binder_free(&b);
+    return rc;
+}
+
+int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine **out,
+                   ms_error *err)
+{
+    static const ms_engine_opts defaults = {0};
+    opts = opts ? opts : &defaults;
+    *out = NULL;
+    ms_engine *eng = ms_calloc(1, sizeof *eng, "engine", err);
+    if (!eng)
+        return -1;
+    if (opts->n_threads > 0)
+        omp_set_num_threads(opts->n_threads);
+    eng->n_threads = omp_get_max_threads();
+    if (ms_ckpt_open(model_dir, &eng->ck, err) ||
+        !(eng->family = ms_family_find(eng->ck, err)) || load_model(eng, err) ||
+        ms_engine_read_special_ids(eng, err)) {
+        ms_engine_close(eng);
+        return -1;
+    }
+    eng->info.family = eng->family->model_type;
+    eng->info.vocab_size = (int32_t)eng->model->vocab;
+    eng->info.max_ctx = eng->model->max_ctx;
+    eng->default_ctx = opts->ctx > 0 ? opts->ctx : default_ctx(eng->model, opts->quiet);
+    *out = eng;
+    return 0;
+}
+
+void ms_engine_close(ms_engine *eng)
+{
+    if (!eng)
+        return;
+    if (eng->model)
+        eng->family->close(eng->model);
+    ms_ckpt_close(eng->ck);
+    free(eng);
+}
+
+const ms_model_info *ms_engine_info(const ms_engine *eng)
+{
+    return &eng->info;
+}

@@ -1,0 +1,28 @@
+/* Engine and session internals shared by the runtime files (not public). */
+#ifndef MS_RUNTIME_ENGINE_H
+#define MS_RUNTIME_ENGINE_H
+
+#include "moestream.h"
+#include "models/family.h"
+
+#define MS_MAX_STOP 16
+/* Positions a sliding-window layer keeps beyond its window, so a session can
+ * rewind (ms_session_truncate) that far without losing keys it still needs. */
+#define MS_REWIND_SLACK 256
+/* Positions per forward call (prompt blocks). */
+#define MS_MAX_BATCH 64
+
+struct ms_engine {
+    ms_checkpoint *ck;
+    const ms_family *family;
+    ms_model *model;
+    ms_model_info info;
+    int32_t stop_ids[MS_MAX_STOP];
+    int64_t default_ctx;
+    int n_threads;
+};
+
+/* Reads the stop/bos ids from generation_config.json (else config.json). */
+int ms_engine_read_special_ids(ms_engine *eng, ms_err *err);
+
+#endif

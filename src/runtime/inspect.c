@@ -1,0 +1,85 @@
+/* `inspect`: the L0 report of a checkpoint folder. Binds every tensor in
+ * check-only mode (no copies) and prints dimensions, tensor statistics,
+ * dense vs expert bytes and the verdict. */
+#include <stdlib.h>
+
+#include "runtime/engine.h"
+
+static void print_tensors(const ms_checkpoint *ck, const ms_binder *b, FILE *out)
+{
+    fprintf(out, "tensors: %lld in %d file%s (%.3f GB of tensor data)\n",
+            (long long)ck->n_tensors, ck->n_files, ck->n_files > 1 ? "s" : "",
+            (double)ck->total_bytes / 1e9);
+    if (ck->index_total_size >= 0 && (uint64_t)ck->index_total_size != ck->total_bytes)
+        fprintf(out, "  note: index metadata.total_size %lld differs from the tensor bytes "
+                "%llu\n", (long long)ck->index_total_size,
+                (unsigned long long)ck->total_bytes);
+    for (int d = 1; d < MS_DTYPE_COUNT; d++)
+        if (b->dtype_count[d])
+            fprintf(out, "  %-8s %8lld tensors %14llu bytes\n", ms_dtype_name((ms_dtype)d),
+                    (long long)b->dtype_count[d], (unsigned long long)b->dtype_bytes[d]);
+}
+
+static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
+{
+    fprintf(out, "bytes: dense (resident) %llu (%.3f GB), routed experts %llu (%.3f GB)\n",
+            (unsigned long long)b->bytes[MS_ROLE_DENSE], (double)b->bytes[MS_ROLE_DENSE] / 1e9,
+            (unsigned long long)b->bytes[MS_ROLE_EXPERT],
+            (double)b->bytes[MS_ROLE_EXPERT] / 1e9);
+    if (m->experts && m->n_experts)
+        fprintf(out, "one expert: %llu bytes (%.2f MB), %d experts x %d layers, top-%d\n",
+                (unsigned long long)ms_expert_bytes(m->experts, 0, 0),
+                (double)ms_expert_bytes(m->experts, 0, 0) / 1e6, m->n_experts, m->n_layers,
+                m->n_experts_used);
+    int64_t full = 0, win = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->kv_window[l])
+            win += m->kv_row[l] * 4;
+        else
+            full += m->kv_row[l] * 4;
+    }
+    fprintf(out, "KV cache: %lld bytes/token (full-attention layers)", (long long)full);
+    if (win)
+        fprintf(out, " + %lld bytes/token on sliding layers, bounded by their window",
+                (long long)win);
+    fprintf(out, "\n");
+}
+
+int ms_inspect(const char *model_dir, FILE *out, ms_error *err)
+{
+    ms_checkpoint *ck;
+    if (ms_ckpt_open(model_dir, &ck, err))
+        return -1;
+    int rc = -1;
+    ms_binder b = {0};
+    ms_model *m = NULL;
+    const ms_family *fam = ms_family_find(ck, err);
+    if (!fam || ms_binder_init(&b, ck, 1, err))
+        goto out;
+    ms_model_opts mo = {.max_batch = 1, .check_only = 1};
+    if (fam->open(ck, &b, &mo, &m, err))
+        goto out;
+    ms_bind_finish(&b);
+    fprintf(out, "model: %s\nfamily: %s\nkernels: %s\nconfig:\n", model_dir, fam->model_type,
+            ms_kernel_path());
+    fam->describe(m, out);
+    print_tensors(ck, &b, out);
+    print_sizes(m, &b, out);
+    if (b.n_problems == 0) {
+        fprintf(out, "L0: PASS (%lld tensors bound, none missing, none unexpected)\n",
+                (long long)b.n_used);
+        rc = 0;
+    } else {
+        fprintf(out, "L0: FAIL (%d problem%s)\n", b.n_problems, b.n_problems > 1 ? "s" : "");
+        for (int i = 0; i < b.n_problems; i++)
+            fprintf(out, "  %s\n", b.problems[i]);
+        rc = ms_err_set(err, MS_E_MISMATCH, "%s: L0 check failed with %d problem%s", model_dir,
+                        b.n_problems, b.n_problems > 1 ? "s" : "");
+    }
+out:
+    if (m)
+        fam->close(m);
+    ms_binder_free(&b);
+    ms_ckpt_close(ck);
+    return rc;
+}

@@ -1,0 +1,163 @@
+/* Token sampling: greedy, temperature, top-k, top-p, min-p, seeded RNG.
+ * The RNG state lives in the sampler (xoshiro256**, seeded by splitmix64). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "runtime/engine.h"
+
+struct ms_sampler {
+    ms_sampling p;
+    int32_t vocab;
+    uint64_t s[4];
+    float *prob;
+    int32_t *idx;
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+void ms_engine_default_sampling(const ms_engine *eng, ms_sampling *out)
+{
+    const json_t *g = eng->ck->gen_config;
+    const char *f = "generation_config.json";
+    double t = 1.0, p = 1.0;
+    int64_t k = 0;
+    int do_sample = 1;
+    memset(out, 0, sizeof *out);
+    if (g) {
+        /* a malformed optional value keeps the default; load already parsed the file */
+        if (ms_json_num_opt(g, f, "temperature", 1.0, &t, NULL))
+            t = 1.0;
+        if (ms_json_num_opt(g, f, "top_p", 1.0, &p, NULL))
+            p = 1.0;
+        if (ms_json_int_opt(g, f, "top_k", 0, &k, NULL))
+            k = 0;
+        if (ms_json_bool_opt(g, f, "do_sample", 1, &do_sample, NULL))
+            do_sample = 1;
+    }
+    out->temperature = do_sample ? (float)t : 0.0f;
+    out->top_p = (float)p;
+    out->top_k = (int32_t)k;
+    out->min_p = 0.0f;
+}
+
+int ms_sampler_open(const ms_sampling *p, int32_t vocab, ms_sampler **out, ms_error *err)
+{
+    *out = NULL;
+    if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) ||
+        !(p->min_p >= 0 && p->min_p <= 1) || p->top_k < 0)
+        return ms_err_set(err, MS_E_ARG, "sampling: temperature %g must be >= 0, top_p %g in "
+                          "(0, 1], min_p %g in [0, 1], top_k %d >= 0", (double)p->temperature,
+                          (double)p->top_p, (double)p->min_p, p->top_k);
+    ms_sampler *s = ms_calloc(1, sizeof *s, "sampler", err);
+    if (!s)
+        return -1;
+    s->p = *p;
+    s->vocab = vocab;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->s[i] = splitmix64(&x);
+    s->prob = ms_malloc(sizeof *s->prob * (size_t)vocab, "sampler", err);
+    s->idx = s->prob ? ms_malloc(sizeof *s->idx * (size_t)vocab, "sampler", err) : NULL;
+    if (!s->idx) {
+        ms_sampler_close(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void ms_sampler_close(ms_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->prob);
+    free(s->idx);
+    free(s);
+}
+
+static int32_t argmax(const float *v, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+static const float *g_sort_key;
+static int by_prob_desc(const void *a, const void *b)
+{
+    float x = g_sort_key[*(const int32_t *)a], y = g_sort_key[*(const int32_t *)b];
+    if (x != y)
+        return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+int32_t ms_sampler_next(ms_sampler *s, const float *logits)
+{
+    int32_t n = s->vocab;
+    if (s->p.temperature == 0)
+        return argmax(logits, n);
+    for (int32_t i = 0; i < n; i++) {
+        s->prob[i] = logits[i] / s->p.temperature;
+        s->idx[i] = i;
+    }
+    g_sort_key = s->prob;
+    qsort(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc);
+    int32_t keep = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+    float m = s->prob[s->idx[0]];
+    double sum = 0;
+    for (int32_t i = 0; i < keep; i++)
+        sum += exp((double)(s->prob[s->idx[i]] - m));
+    /* top-p: the smallest prefix whose mass reaches p; min-p: relative floor */
+    double cum = 0, top = 1.0 / sum;
+    int32_t cut = keep;
+    for (int32_t i = 0; i < keep; i++) {
+        double pi = exp((double)(s->prob[s->idx[i]] - m)) / sum;
+        if (pi < s->p.min_p * top) {
+            cut = i;
+            break;
+        }
+        cum += pi;
+        if (cum >= s->p.top_p) {
+            cut = i + 1;
+            break;
+        }
+    }
+    cut = cut < 1 ? 1 : cut;
+    double total = 0;
+    for (int32_t i = 0; i < cut; i++)
+        total += exp((double)(s->prob[s->idx[i]] - m));
+    double r = (double)(next_u64(s->s) >> 11) * 0x1.0p-53 * total;
+    for (int32_t i = 0; i < cut; i++) {
+        r -= exp((double)(s->prob[s->idx[i]] - m));
+        if (r < 0)
+            return s->idx[i];
+    }
+    return s->idx[cut - 1];
+}

@@ -1,0 +1,177 @@
+/* Session: one timeline over an engine — KV cache, position, last logits.
+ * Splits evaluations into blocks of at most max_batch positions; refuses
+ * (before touching the cache) anything that would pass the context. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/ops.h"
+#include "runtime/engine.h"
+
+struct ms_session {
+    ms_engine *eng;
+    int64_t ctx, pos;
+    ms_kv *kv;             /* [n_layers] */
+    float *scores;         /* [n_threads][ctx] */
+    float *logits;         /* [vocab]: last evaluated row */
+    int have_logits;
+    ms_timers timers;
+    ms_stats stats;
+    ms_trace *trace;
+};
+
+static int alloc_kv(ms_session *s, ms_err *err)
+{
+    const ms_model *m = s->eng->model;
+    s->kv = ms_calloc((size_t)m->n_layers, sizeof *s->kv, "kv table", err);
+    if (!s->kv)
+        return -1;
+    for (int l = 0; l < m->n_layers; l++) {
+        int64_t cap = s->ctx, w = m->kv_window[l];
+        if (w && w + MS_REWIND_SLACK < cap)
+            cap = w + MS_REWIND_SLACK;
+        s->kv[l].cap = cap;
+        s->kv[l].row = m->kv_row[l];
+        s->kv[l].data = ms_calloc((size_t)(cap * m->kv_row[l]), 4, "KV cache", err);
+        if (!s->kv[l].data)
+            return -1;
+    }
+    return 0;
+}
+
+int ms_session_open(ms_engine *eng, const ms_session_opts *opts, ms_session **out,
+                    ms_error *err)
+{
+    static const ms_session_opts defaults = {0};
+    opts = opts ? opts : &defaults;
+    *out = NULL;
+    ms_session *s = ms_calloc(1, sizeof *s, "session", err);
+    if (!s)
+        return -1;
+    s->eng = eng;
+    s->ctx = opts->ctx > 0 ? opts->ctx : eng->default_ctx;
+    if (s->ctx < 1) {
+        int64_t ctx = s->ctx;
+        free(s);
+        return ms_err_set(err, MS_E_ARG, "context of %lld tokens is too small", (long long)ctx);
+    }
+    int nt = omp_get_max_threads();
+    s->scores = ms_calloc((size_t)(nt * s->ctx), 4, "attention scratch", err);
+    s->logits = s->scores ? ms_calloc((size_t)eng->model->vocab, 4, "logits", err) : NULL;
+    if (!s->logits || alloc_kv(s, err) || ms_trace_open(opts->dump_dir, &s->trace, err)) {
+        ms_session_close(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void ms_session_close(ms_session *s)
+{
+    if (!s)
+        return;
+    if (s->kv)
+        for (int l = 0; l < s->eng->model->n_layers; l++)
+            free(s->kv[l].data);
+    ms_trace_close(s->trace, NULL);
+    free(s->kv);
+    free(s->scores);
+    free(s->logits);
+    free(s);
+}
+
+int64_t ms_session_pos(const ms_session *s)
+{
+    return s->pos;
+}
+
+int64_t ms_session_ctx(const ms_session *s)
+{
+    return s->ctx;
+}
+
+int ms_session_truncate(ms_session *s, int64_t keep, ms_error *err)
+{
+    if (keep < 0 || keep > s->pos)
+        return ms_err_set(err, MS_E_ARG, "cannot keep %lld positions of %lld", (long long)keep,
+                          (long long)s->pos);
+    const ms_model *m = s->eng->model;
+    for (int l = 0; l < m->n_layers; l++) {
+        int64_t w = m->kv_window[l];
+        /* position keep will attend to keep-w+1..keep-1: still in the ring? */
+        int64_t need = keep - w + 1, oldest = s->pos - s->kv[l].cap;
+        if (w && need > 0 && need < oldest)
+            return ms_err_set(err, MS_E_ARG,
+                              "cannot rewind from %lld to %lld: sliding-window layers keep "
+                              "only %d positions of history beyond their window",
+                              (long long)s->pos, (long long)keep, MS_REWIND_SLACK);
+    }
+    s->pos = keep;
+    s->have_logits = 0;
+    return 0;
+}
+
+static int check_ids(const ms_session *s, const int32_t *ids, int64_t n, ms_err *err)
+{
+    int64_t vocab = s->eng->model->vocab;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return ms_err_set(err, MS_E_ARG, "token %lld of the input is id %d, outside the "
+                              "vocabulary [0, %lld)", (long long)i, ids[i], (long long)vocab);
+    if (s->pos + n > s->ctx)
+        return ms_err_set(err, MS_E_CONTEXT_FULL,
+                          "CONTEXT_FULL: %lld positions in use + %lld new tokens exceed the "
+                          "context of %lld tokens (raise --ctx)", (long long)s->pos,
+                          (long long)n, (long long)s->ctx);
+    return 0;
+}
+
+int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
+                    ms_error *err)
+{
+    if (n <= 0)
+        return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 tokens)");
+    if (check_ids(s, ids, n, err))
+        return -1;
+    ms_model *m = s->eng->model;
+    double t0 = ms_now();
+    for (int64_t off = 0; off < n; off += m->max_batch) {
+        int64_t nb = n - off < m->max_batch ? n - off : m->max_batch;
+        int last = off + nb == n;
+        ms_fwd f = {
+            .ids = ids + off, .n = nb, .pos0 = s->pos, .kv = s->kv, .scores = s->scores,
+            .ctx = s->ctx, .trace = s->trace, .timers = &s->timers,
+            .logits = logits ? logits + off * m->vocab : last ? s->logits : NULL,
+            .logits_all = logits != NULL,
+        };
+        if (s->eng->family->forward(m, &f, err))
+            return -1;
+        s->pos += nb;
+    }
+    if (logits)
+        memcpy(s->logits, logits + (n - 1) * m->vocab, (size_t)m->vocab * 4);
+    s->have_logits = 1;
+    double dt = ms_now() - t0;
+    if (n > 1) {
+        s->stats.n_prefill_tokens += n;
+        s->stats.t_prefill += dt;
+    } else {
+        s->stats.n_decode_tokens += n;
+        s->stats.t_decode += dt;
+    }
+    return 0;
+}
+
+const float *ms_session_logits(const ms_session *s)
+{
+    return s->have_logits ? s->logits : NULL;
+}
+
+void ms_session_stats(const ms_session *s, ms_stats *out)
+{
+    *out = s->stats;
+    out->t_attn = s->timers.attn;
+    out->t_experts = s->timers.experts;
+    out->t_head = s->timers.head;
+    out->t_other = s->timers.other;
+}

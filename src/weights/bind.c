@@ -1,0 +1,268 @@
+/* Binder: tensors -> weight views, with L0 bookkeeping. */
+#include "weights/bind.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t ordinal(const ms_binder *b, const ms_tensor_info *t)
+{
+    int64_t base = 0;
+    for (int f = 0; f < t->file; f++)
+        base += b->ck->files[f].n_tensors;
+    return base + (t - b->ck->files[t->file].tensors);
+}
+
+int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err *err)
+{
+    memset(b, 0, sizeof *b);
+    b->ck = ck;
+    b->check_only = check_only;
+    b->fp8_block[0] = b->fp8_block[1] = 128;
+    b->used = ms_calloc((size_t)ck->n_tensors, 1, "binder marks", err);
+    b->ignored = ms_calloc((size_t)ck->n_tensors, 1, "binder marks", err);
+    if (!b->used || !b->ignored) {
+        ms_binder_free(b);
+        return -1;
+    }
+    return 0;
+}
+
+void ms_binder_free(ms_binder *b)
+{
+    if (!b)
+        return;
+    for (int i = 0; i < b->n_problems; i++)
+        free(b->problems[i]);
+    free(b->problems);
+    free(b->used);
+    free(b->ignored);
+    memset(b, 0, sizeof *b);
+}
+
+void ms_bind_problem(ms_binder *b, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **p = realloc(b->problems, sizeof *p * (size_t)(b->n_problems + 1));
+    if (!p)
+        return;
+    b->problems = p;
+    b->problems[b->n_problems] = strdup(buf);
+    if (b->problems[b->n_problems])
+        b->n_problems++;
+}
+
+static void dtype_list(uint32_t mask, char *buf, size_t cap)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int d = 1; d < MS_DTYPE_COUNT; d++)
+        if (mask & MS_DT(d))
+            k += (size_t)snprintf(buf + k, cap - k, "%s%s", k ? " or " : "",
+                                  ms_dtype_name((ms_dtype)d));
+}
+
+static void mark_used(ms_binder *b, ms_role role, const ms_tensor_info *t)
+{
+    int64_t i = ordinal(b, t);
+    if (b->used[i])
+        return;
+    b->used[i] = 1;
+    b->n_used++;
+    b->bytes[role] += t->nbytes;
+}
+
+const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *name,
+                                     uint32_t dtypes, int n_dims, const int64_t *shape)
+{
+    const ms_tensor_info *t = ms_ckpt_find(b->ck, name);
+    char want[128], got[128];
+    if (!t) {
+        ms_bind_problem(b, "missing tensor %s %s", name,
+                        ms_shape_str(shape, n_dims, want, sizeof want));
+        return NULL;
+    }
+    mark_used(b, role, t); /* present: never also reported as unexpected */
+    if (!(dtypes & MS_DT(t->dtype))) {
+        dtype_list(dtypes, want, sizeof want);
+        ms_bind_problem(b, "mis-typed tensor %s: dtype %s, expected %s", name,
+                        ms_dtype_name(t->dtype), want);
+        return NULL;
+    }
+    int same = t->n_dims == n_dims;
+    for (int i = 0; same && i < n_dims; i++)
+        same = t->shape[i] == shape[i];
+    if (!same) {
+        ms_bind_problem(b, "mis-shaped tensor %s: shape %s, expected %s", name,
+                        ms_shape_str(t->shape, t->n_dims, got, sizeof got),
+                        ms_shape_str(shape, n_dims, want, sizeof want));
+        return NULL;
+    }
+    return t;
+}
+
+ms_span ms_span_of(const ms_tensor_info *t)
+{
+    ms_span s = {t->file, t->offset, t->nbytes};
+    return s;
+}
+
+static ms_wfmt float_fmt(ms_dtype d)
+{
+    return d == MS_DTYPE_F32 ? MS_WFMT_F32 : d == MS_DTYPE_BF16 ? MS_WFMT_BF16 : MS_WFMT_F16;
+}
+
+int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
+                   int64_t cols, ms_mat *m)
+{
+    char name[256];
+    int64_t shape[2] = {rows, cols};
+    memset(m, 0, sizeof *m);
+    m->rows = rows;
+    m->cols = cols;
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const ms_tensor_info *t = ms_bind_tensor(b, role, name,
+                                             MS_DT_FLOAT | MS_DT(MS_DTYPE_F8_E4M3), 2, shape);
+    if (!t)
+        return -1;
+    m->w = ms_ckpt_data(b->ck, t);
+    if (t->dtype != MS_DTYPE_F8_E4M3) {
+        m->fmt = float_fmt(t->dtype);
+        return 0;
+    }
+    int64_t br = b->fp8_block[0], bc = b->fp8_block[1];
+    int64_t sshape[2] = {(rows + br - 1) / br, (cols + bc - 1) / bc};
+    snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
+    const ms_tensor_info *s = ms_bind_tensor(b, role, name, MS_DT_FLOAT, 2, sshape);
+    if (!s)
+        return -1;
+    m->fmt = MS_WFMT_FP8_BLOCK;
+    m->scale = ms_ckpt_data(b->ck, s);
+    m->scale_dtype = s->dtype;
+    m->block_rows = (int32_t)br;
+    m->block_cols = (int32_t)bc;
+    return 0;
+}
+
+/* Widens a float tensor of n elements into dst. */
+static void widen(const ms_tensor_info *t, const void *src, float *dst, int64_t n)
+{
+    const uint16_t *h = src;
+    switch (t->dtype) {
+    case MS_DTYPE_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        break;
+    case MS_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ms_bf16_to_f32(h[i]);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ms_f16_to_f32(h[i]);
+        break;
+    }
+}
+
+static int bind_floats(ms_binder *b, ms_role role, const char *name, int n_dims,
+                       const int64_t *shape, float **out)
+{
+    *out = NULL;
+    const ms_tensor_info *t = ms_bind_tensor(b, role, name, MS_DT_FLOAT, n_dims, shape);
+    if (!t)
+        return -1;
+    if (b->check_only || !b->arena)
+        return 0;
+    int64_t n = ms_tensor_numel(t);
+    ms_err err;
+    float *dst = ms_arena_alloc(b->arena, (size_t)n * 4, name, &err);
+    if (!dst) {
+        ms_bind_problem(b, "%s", err.msg);
+        return -1;
+    }
+    widen(t, ms_ckpt_data(b->ck, t), dst, n);
+    *out = dst;
+    return 0;
+}
+
+int ms_bind_vector(ms_binder *b, ms_role role, const char *name, int64_t n, float **out)
+{
+    return bind_floats(b, role, name, 1, &n, out);
+}
+
+int ms_bind_matrix_f32(ms_binder *b, ms_role role, const char *name, int64_t rows,
+                       int64_t cols, float **out)
+{
+    int64_t shape[2] = {rows, cols};
+    return bind_floats(b, role, name, 2, shape, out);
+}
+
+int ms_bind_mxfp4_experts(ms_binder *b, const char *blocks, const char *scales,
+                          int64_t n_experts, int64_t rows, int64_t cols, ms_mat *m,
+                          ms_span *span)
+{
+    if (cols % 32) {
+        ms_bind_problem(b, "%s: %lld input columns is not a multiple of the MXFP4 group "
+                        "of 32", blocks, (long long)cols);
+        return -1;
+    }
+    int64_t g = cols / 32;
+    int64_t bshape[4] = {n_experts, rows, g, 16}, sshape[3] = {n_experts, rows, g};
+    const ms_tensor_info *tb = ms_bind_tensor(b, MS_ROLE_EXPERT, blocks,
+                                              MS_DT(MS_DTYPE_U8), 4, bshape);
+    const ms_tensor_info *ts = ms_bind_tensor(b, MS_ROLE_EXPERT, scales,
+                                              MS_DT(MS_DTYPE_U8), 3, sshape);
+    if (!tb || !ts)
+        return -1;
+    const uint8_t *wb = ms_ckpt_data(b->ck, tb), *sb = ms_ckpt_data(b->ck, ts);
+    uint64_t wstride = (uint64_t)(rows * g * 16), sstride = (uint64_t)(rows * g);
+    for (int64_t e = 0; e < n_experts; e++) {
+        ms_mat *x = &m[e];
+        memset(x, 0, sizeof *x);
+        x->fmt = MS_WFMT_MXFP4;
+        x->rows = rows;
+        x->cols = cols;
+        x->w = wb + (uint64_t)e * wstride;
+        x->scale = sb + (uint64_t)e * sstride;
+        x->scale_dtype = MS_DTYPE_U8;
+        if (span) {
+            span[2 * e] = (ms_span){tb->file, tb->offset + (uint64_t)e * wstride, wstride};
+            span[2 * e + 1] = (ms_span){ts->file, ts->offset + (uint64_t)e * sstride, sstride};
+        }
+    }
+    return 0;
+}
+
+static void ignore_one(const ms_tensor_info *t, void *ctx)
+{
+    void **a = ctx;
+    ms_binder *b = a[0];
+    const char *prefix = a[1];
+    if (strncmp(t->name, prefix, strlen(prefix)) == 0)
+        b->ignored[ordinal(b, t)] = 1;
+}
+
+void ms_bind_ignore_prefix(ms_binder *b, const char *prefix)
+{
+    void *ctx[2] = {b, (void *)prefix};
+    ms_ckpt_foreach(b->ck, ignore_one, ctx);
+}
+
+static void finish_one(const ms_tensor_info *t, void *ctx)
+{
+    ms_binder *b = ctx;
+    int64_t i = ordinal(b, t);
+    b->dtype_count[t->dtype]++;
+    b->dtype_bytes[t->dtype] += t->nbytes;
+    if (!b->used[i] && !b->ignored[i])
+        ms_bind_problem(b, "unexpected tensor %s (%s in %s)", t->name,
+                        ms_dtype_name(t->dtype), ms_ckpt_file_of(b->ck, t));
+}
+
+void ms_bind_finish(ms_binder *b)
+{
+    ms_ckpt_foreach(b->ck, finish_one, b);
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what moestream needs to build and test on Debian 12 (idempotent).
+# Build: gcc, make, jansson (JSON), liburing (io_uring). Tests and tools:
+# Python 3 with NumPy from Debian (oracle, tiny-checkpoint writer).
+set -euo pipefail
+pkgs=(build-essential pkg-config libjansson-dev liburing-dev python3 python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+echo "setup: dependencies present (${pkgs[*]})"

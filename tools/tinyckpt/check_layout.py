@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Checks that a gpt_oss checkpoint folder has the released on-disk layout.
+
+Owns: the layout assertions used by tests/models/test_oracle_fixture.sh for generated tiny
+checkpoints (and runnable on the fixture itself, which it must pass). Rules are those of
+st_writer.py (safetensors `serialize`, transformers sharded index, gpt-oss shard naming) and
+the expected gpt_oss tensor set derived from config.json as in
+transformers models/gpt_oss/convert_gpt_oss_weights_to_hf.py (mxfp4 branch).
+
+CLI: check_layout.py DIR [--like FIXTURE_DIR]
+  --like: also require the same config.json / generation_config.json key sets, the same
+          shard naming scheme and no __metadata__ when the fixture has none.
+Prints one line per problem; exit 1 if any.
+"""
+import argparse
+import json
+import os
+import re
+import struct
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+from safetensors_np import ITEMSIZE, ModelFolder  # noqa: E402
+
+
+def expected_tensors(cfg):
+    H, V = cfg["hidden_size"], cfg["vocab_size"]
+    E, I, D = cfg["num_local_experts"], cfg["intermediate_size"], cfg["head_dim"]
+    Q, KV = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D
+    t = {"model.embed_tokens.weight": ("BF16", [V, H]), "model.norm.weight": ("BF16", [H]),
+         "lm_head.weight": ("BF16", [V, H])}
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        t.update({
+            p + "input_layernorm.weight": ("BF16", [H]),
+            p + "post_attention_layernorm.weight": ("BF16", [H]),
+            p + "self_attn.q_proj.weight": ("BF16", [Q, H]), p + "self_attn.q_proj.bias": ("BF16", [Q]),
+            p + "self_attn.k_proj.weight": ("BF16", [KV, H]), p + "self_attn.k_proj.bias": ("BF16", [KV]),
+            p + "self_attn.v_proj.weight": ("BF16", [KV, H]), p + "self_attn.v_proj.bias": ("BF16", [KV]),
+            p + "self_attn.o_proj.weight": ("BF16", [H, Q]), p + "self_attn.o_proj.bias": ("BF16", [H]),
+            p + "self_attn.sinks": ("BF16", [cfg["num_attention_heads"]]),
+            p + "mlp.router.weight": ("BF16", [E, H]), p + "mlp.router.bias": ("BF16", [E]),
+            p + "mlp.experts.gate_up_proj_blocks": ("U8", [E, 2 * I, H // 32, 16]),
+            p + "mlp.experts.gate_up_proj_scales": ("U8", [E, 2 * I, H // 32]),
+            p + "mlp.experts.gate_up_proj_bias": ("BF16", [E, 2 * I]),
+            p + "mlp.experts.down_proj_blocks": ("U8", [E, H, I // 32, 16]),
+            p + "mlp.experts.down_proj_scales": ("U8", [E, H, I // 32]),
+            p + "mlp.experts.down_proj_bias": ("BF16", [E, H]),
+        })
+    return t
+
+
+def check_file(path, problems):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        raw = f.read(n)
+        size = os.fstat(f.fileno()).st_size
+    name = os.path.basename(path)
+    if n % 8:
+        problems.append(f"{name}: header length {n} not a multiple of 8")
+    text = raw.decode()
+    if not text.rstrip(" ").endswith("}"):  # only spaces may follow the JSON
+        problems.append(f"{name}: header not padded with spaces")
+    hdr = json.loads(text)
+    meta = hdr.pop("__metadata__", None)
+    items = list(hdr.items())
+    off = 0
+    for k, info in items:
+        b, e = info["data_offsets"]
+        if b != off:
+            problems.append(f"{name}: {k} starts at {b}, expected {off} (header order = data order)")
+        if b % ITEMSIZE[info["dtype"]] or (8 + n) % 8:
+            problems.append(f"{name}: {k} not naturally aligned")
+        off = e
+    if 8 + n + off != size:
+        problems.append(f"{name}: file size {size} != 8 + {n} + {off}")
+    keys = [(-ITEMSIZE[i["dtype"]], k) for k, i in items]
+    if keys != sorted(keys):
+        problems.append(f"{name}: tensors not ordered by dtype width then name")
+    return hdr, meta, off
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--like")
+    a = ap.parse_args()
+    problems = []
+    cfg = json.load(open(os.path.join(a.dir, "config.json")))
+    files = sorted(f for f in os.listdir(a.dir) if f.endswith(".safetensors"))
+    headers, metas, total = {}, {}, 0
+    for f in files:
+        headers[f], metas[f], nb = check_file(os.path.join(a.dir, f), problems)
+        total += nb
+    index_path = os.path.join(a.dir, "model.safetensors.index.json")
+    where = {k: f for f in files for k in headers[f]}
+    if os.path.exists(index_path):
+        text = open(index_path).read()
+        idx = json.loads(text)
+        if text != json.dumps(idx, indent=2, sort_keys=True) + "\n":
+            problems.append("index: not sorted / indent 2 / trailing newline")
+        if idx["metadata"]["total_size"] != total:
+            problems.append(f"index: total_size {idx['metadata']['total_size']} != {total}")
+        if idx["weight_map"] != where:
+            problems.append("index: weight_map does not match the shard headers")
+        names = sorted(set(idx["weight_map"].values()))
+        n = len(names)
+        zero = [f"model-{i:05d}-of-{n - 1:05d}.safetensors" for i in range(n)]
+        one = [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        scheme = "zero" if names == zero else "one" if names == one else "other"
+        if where.get("model.embed_tokens.weight") != names[0]:
+            problems.append("embed_tokens not in the first shard")
+        if "lm_head.weight" in where and where["lm_head.weight"] != names[-1]:
+            problems.append("lm_head not in the last shard")
+    else:
+        scheme = "single" if files == ["model.safetensors"] else "other"
+    exp = expected_tensors(cfg)
+    got = {k: (headers[f][k]["dtype"], headers[f][k]["shape"]) for k, f in where.items()}
+    for k in sorted(set(exp) | set(got)):
+        if k not in got:
+            problems.append(f"missing tensor {k}")
+        elif k not in exp:
+            problems.append(f"unexpected tensor {k}")
+        elif list(exp[k][1]) != list(got[k][1]) or exp[k][0] != got[k][0]:
+            problems.append(f"{k}: {got[k]} expected {exp[k]}")
+    m = ModelFolder(a.dir)  # the oracle's reader must read every tensor back with its shape
+    for k in got:
+        arr = m.get(k)
+        if list(arr.shape) != list(got[k][1]) or not np.all(np.isfinite(arr.astype(np.float64))):
+            problems.append(f"reader: {k} read back as {arr.shape} / non-finite")
+    if a.like:
+        fx = a.like
+        for fn in ("config.json", "generation_config.json"):
+            ka = set(json.load(open(os.path.join(a.dir, fn))))
+            kb = set(json.load(open(os.path.join(fx, fn))))
+            if ka != kb:
+                problems.append(f"{fn}: keys differ from {fx}: {sorted(ka ^ kb)}")
+        fx_files = sorted(f for f in os.listdir(fx) if f.endswith(".safetensors"))
+        fx_meta = [check_file(os.path.join(fx, f), [])[1] for f in fx_files]
+        if any(v is not None for v in metas.values()) and all(v is None for v in fx_meta):
+            problems.append("__metadata__ present, the fixture has none")
+        fx_names = json.load(open(os.path.join(fx, "model.safetensors.index.json")))["weight_map"]
+        fx_scheme = "zero" if re.match(r"model-00000-of-", sorted(fx_names.values())[0]) else "one"
+        if scheme not in (fx_scheme, "single"):
+            problems.append(f"shard naming '{scheme}' differs from the fixture's '{fx_scheme}'")
+    for p in problems:
+        print(p)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Safetensors / sharded-checkpoint writing helpers shared by the tiny-checkpoint generators.
+
+Owns: the on-disk container layout of a released Hugging Face checkpoint, as the reference
+writers produce it:
+  - huggingface/safetensors `safetensors/src/tensor.rs` (`prepare`/`serialize`): u64 LE header
+    length, compact JSON header (`__metadata__` first when present), header padded with spaces
+    to a multiple of 8, tensors sorted by dtype (widest first, so each is naturally aligned)
+    then by name, data_offsets relative to the data section.
+  - transformers sharded checkpoints: `model.safetensors.index.json`
+    {"metadata": {"total_size": sum of tensor bytes}, "weight_map": {name: file}} with sorted
+    keys and indent 2; tensors cut into shards in model order.
+  - shard names: `model-{i:05d}-of-{N:05d}` numbered from 1 (save_pretrained), or numbered from
+    0 with N = count - 1 (transformers convert_gpt_oss_weights_to_hf.py save_sharded_model,
+    which is how openai/gpt-oss-20b ships: model-00000-of-00002 .. model-00002-of-00002).
+
+A tensor is given as (name, dtype, shape, make) where `make()` returns the raw array (BF16 as
+uint16 bits, U8 as uint8, ...) only when it is written, so large checkpoints stream to disk.
+"""
+import json
+import os
+import struct
+import zlib
+
+import numpy as np
+
+NP_RAW = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
+          "U8": np.uint8, "I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64,
+          "F8_E4M3": np.uint8, "BOOL": np.bool_}
+
+
+def itemsize(dtype):
+    return np.dtype(NP_RAW[dtype]).itemsize
+
+
+def nbytes(dtype, shape):
+    return int(np.prod(shape, dtype=np.int64)) * itemsize(dtype)
+
+
+def f32_to_bf16(x):
+    """float32 -> bf16 bits, round to nearest even (finite inputs)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    r = u >> 16            # in-place steps: this runs over the whole embedding table
+    r &= 1
+    r += 0x7FFF
+    r += u
+    r >>= 16
+    return r.astype(np.uint16)
+
+
+def tensor_rng(seed, name):
+    """An independent stream per tensor, so a tensor's values do not depend on sharding,
+    --drop or the order in which tensors are written."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: list of (name, dtype, shape, make). Returns bytes of tensor data written."""
+    order = sorted(tensors, key=lambda t: (-itemsize(t[1]), t[0]))
+    header = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    off = 0
+    for name, dt, shape, _ in order:
+        n = nbytes(dt, shape)
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    hjson = json.dumps(header, separators=(",", ":")).encode()
+    hjson += b" " * (-len(hjson) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for name, dt, shape, make in order:
+            arr = np.ascontiguousarray(make(), dtype=np.dtype(NP_RAW[dt]).newbyteorder("<"))
+            if list(arr.shape) != list(shape):
+                raise ValueError(f"{name}: made {arr.shape}, declared {shape}")
+            f.write(arr.tobytes() if arr.nbytes < (1 << 20) else memoryview(arr.reshape(-1)))
+    return off
+
+
+def plan_shards(tensors, n_shards):
+    """Cuts the model-ordered list into n_shards consecutive runs of about equal bytes (a
+    tensor goes to the shard holding its midpoint). Raises if a shard would be empty."""
+    sizes = [nbytes(t[1], t[2]) for t in tensors]
+    total = sum(sizes)
+    shards = [[] for _ in range(n_shards)]
+    start = 0
+    for t, n in zip(tensors, sizes):
+        k = min(n_shards - 1, int((start + n / 2) * n_shards // total)) if total else 0
+        shards[k].append(t)
+        start += n
+    if any(not s for s in shards):
+        raise ValueError(f"cannot cut {len(tensors)} tensors into {n_shards} non-empty shards")
+    return shards
+
+
+def shard_names(n_shards, zero_based):
+    if zero_based:  # convert_gpt_oss_weights_to_hf.py: f"model-{i:05d}-of-{count-1:05d}"
+        return [f"model-{i:05d}-of-{n_shards - 1:05d}.safetensors" for i in range(n_shards)]
+    return [f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors" for i in range(n_shards)]
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def write_checkpoint(folder, tensors, n_shards, zero_based=False, metadata=None):
+    """Writes the model-ordered tensors as one model.safetensors (n_shards == 1, no index)
+    or as n_shards files plus model.safetensors.index.json. Returns the weight map."""
+    os.makedirs(folder, exist_ok=True)
+    if n_shards == 1:
+        write_safetensors(os.path.join(folder, "model.safetensors"), tensors, metadata)
+        return {t[0]: "model.safetensors" for t in tensors}
+    weight_map = {}
+    total = 0
+    for fname, part in zip(shard_names(n_shards, zero_based), plan_shards(tensors, n_shards)):
+        total += write_safetensors(os.path.join(folder, fname), part, metadata)
+        weight_map.update({t[0]: fname for t in part})
+    write_json(os.path.join(folder, "model.safetensors.index.json"),
+               {"metadata": {"total_size": total}, "weight_map": weight_map})
+    return weight_map
