@@ -4,10 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sysmem.h"
 #include "cli.h"
 
 typedef struct run_opts {
-    const char *model, *prompt_ids, *prompt_text, *out, *dump;
+    const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
+    int placement, no_prefetch, buffered;
+    int64_t ram, io_threads;
     int64_t n_predict, ctx, threads, feed;
     int ids, ignore_eos, stats, raw;
     int have_temp, have_top_p, have_top_k, have_min_p, have_seed;
@@ -45,6 +48,20 @@ static int parse(const char *cmd, int argc, char **argv, run_opts *o)
         if ((v = cli_value(argc, argv, &i, "-p", &miss))) { o->prompt_text = v; continue; }
         if ((v = cli_value(argc, argv, &i, "--out", &miss))) { o->out = v; continue; }
         if ((v = cli_value(argc, argv, &i, "--dump", &miss))) { o->dump = v; continue; }
+        if ((v = cli_value(argc, argv, &i, "--trace", &miss))) { o->trace = v; continue; }
+        if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
+            if ((o->ram = ms_parse_size(v)) <= 0)
+                return cli_usage_error(cmd, "--ram expects a size like 6G or 512M, got \"%s\"", v);
+            continue;
+        }
+        if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
+            if (!strcmp(v, "auto")) o->placement = MS_PLACE_AUTO;
+            else if (!strcmp(v, "pagecache")) o->placement = MS_PLACE_PAGECACHE;
+            else if (!strcmp(v, "cache")) o->placement = MS_PLACE_CACHE;
+            else return cli_usage_error(cmd, "--experts expects auto, pagecache or cache, got \"%s\"", v);
+            continue;
+        }
+        NUM_I("--io-threads", 1, 256, o->io_threads)
         NUM_I("-n", 0, INT32_MAX, o->n_predict)
         NUM_I("--ctx", 1, INT64_C(1) << 40, o->ctx)
         NUM_I("--threads", 1, 1024, o->threads)
@@ -74,6 +91,8 @@ static int parse(const char *cmd, int argc, char **argv, run_opts *o)
         else if (!strcmp(argv[i], "--ignore-eos")) o->ignore_eos = 1;
         else if (!strcmp(argv[i], "--stats")) o->stats = 1;
         else if (!strcmp(argv[i], "--raw")) o->raw = 1;
+        else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
+        else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
         else if (argv[i][0] == '-')
             return cli_usage_error(cmd, "unknown option %s", argv[i]);
         else if (!o->model) o->model = argv[i];
@@ -92,7 +111,10 @@ static int parse(const char *cmd, int argc, char **argv, run_opts *o)
 static int open_all(const run_opts *o, ms_engine **eng, ms_session **s, int32_t **ids,
                     int64_t *n, ms_error *err)
 {
-    ms_engine_opts eo = {.n_threads = (int)o->threads, .ctx = o->ctx};
+    ms_engine_opts eo = {.n_threads = (int)o->threads, .ctx = o->ctx,
+                         .placement = o->placement, .ram = o->ram,
+                         .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
+                         .buffered = o->buffered, .trace_path = o->trace};
     ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
     if (cli_read_ids(o->prompt_ids, ids, n, err) || ms_engine_open(o->model, &eo, eng, err) ||
         ms_session_open(*eng, &so, s, err))
@@ -116,6 +138,21 @@ static void print_stats(const ms_session *s)
                 "head %.3f s (%.0f%%), other %.3f s (%.0f%%)\n",
                 st.t_attn, 100 * st.t_attn / busy, st.t_experts, 100 * st.t_experts / busy,
                 st.t_head, 100 * st.t_head / busy, st.t_other, 100 * st.t_other / busy);
+    int64_t toks = st.n_prefill_tokens + st.n_decode_tokens;
+    if (st.expert_requests) {
+        fprintf(stderr, "experts: %lld requests, hit rate %.1f%%, %.1f MB read from disk "
+                "(%.2f MB/token), waiting on I/O %.3f s (%.0f%% of expert time)\n",
+                (long long)st.expert_requests, 100.0 * st.expert_hits / st.expert_requests,
+                st.bytes_read / 1e6, toks ? st.bytes_read / 1e6 / toks : 0.0, st.t_io_wait,
+                st.t_experts > 0 ? 100 * st.t_io_wait / st.t_experts : 0.0);
+        if (st.prefetch_predicted)
+            fprintf(stderr, "prefetch: accuracy %.1f%% (%lld of %lld predicted), %lld reads "
+                    "started, %lld used, %.1f MB wasted\n",
+                    100.0 * st.prefetch_correct / st.prefetch_predicted,
+                    (long long)st.prefetch_correct, (long long)st.prefetch_predicted,
+                    (long long)st.prefetch_issued, (long long)st.prefetch_used,
+                    st.prefetch_wasted_bytes / 1e6);
+    }
 }
 
 static int is_stop(const ms_model_info *info, int32_t id)

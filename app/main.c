@@ -12,10 +12,12 @@ static const struct {
 } commands[] = {
     {"run", cmd_run,
      "run MODEL_DIR --prompt-ids FILE [-n N] [--temp T] [--top-p P] [--top-k K] "
-     "[--min-p P] [--seed S] [--ctx N] [--ids] [--ignore-eos] [--stats] [--threads N]"},
+     "[--min-p P] [--seed S] [--ctx N] [--ids] [--ignore-eos] [--stats] [--threads N]\n"
+     "                [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
+     "[--no-prefetch] [--buffered] [--trace FILE]"},
     {"logits", cmd_logits,
      "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--feed N] [--dump DIR] "
-     "[--threads N]"},
+     "[--threads N]\n                [same placement options as run]"},
     {"inspect", cmd_inspect, "inspect MODEL_DIR"},
 };
 

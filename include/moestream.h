@@ -37,11 +37,24 @@ typedef struct ms_error {
 typedef struct ms_engine ms_engine;
 typedef struct ms_session ms_session;
 
+/* Where routed experts live while the model runs (speed only, never math). */
+enum ms_placement {
+    MS_PLACE_AUTO = 0,   /* page cache when the model fits in memory, else cache */
+    MS_PLACE_PAGECACHE,  /* experts used in place from the file mapping */
+    MS_PLACE_CACHE,      /* engine-owned expert cache within a byte budget */
+};
+
 /* Engine options. Zero-initialise, then set what you need. */
 typedef struct ms_engine_opts {
     int n_threads;       /* compute threads; 0 = all online CPUs */
     int64_t ctx;         /* default context for sessions; 0 = from config, capped */
     int quiet;           /* no progress lines on stderr */
+    int placement;       /* enum ms_placement */
+    int64_t ram;         /* expert cache budget in bytes; 0 = derived from memory */
+    int io_threads;      /* 0 = io_uring; > 0 = that many pread threads */
+    int no_prefetch;     /* disable decode prefetch of the next layer's experts */
+    int buffered;        /* never use O_DIRECT for expert reads */
+    const char *trace_path; /* write the expert routing trace here */
 } ms_engine_opts;
 
 /* What a front end needs to know about a loaded model. Owned by the engine. */
@@ -91,7 +104,15 @@ typedef struct ms_stats {
     int64_t n_prefill_tokens, n_decode_tokens;
     double t_prefill, t_decode;          /* seconds of wall time in eval */
     double t_attn, t_experts, t_head, t_other;
+    /* expert store, engine-wide since open */
+    int64_t expert_requests, expert_hits, bytes_read;
+    int64_t prefetch_predicted, prefetch_correct, prefetch_issued, prefetch_used;
+    int64_t prefetch_wasted_bytes;
+    double t_io_wait;
 } ms_stats;
+
+/* One line: where experts live (policy, budget, slots, I/O backend). */
+const char *ms_engine_placement(const ms_engine *eng);
 void ms_session_stats(const ms_session *s, ms_stats *out);
 
 /* Sampling. temperature 0 is greedy (argmax, lowest id on ties); top_k 0,

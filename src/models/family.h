@@ -67,6 +67,7 @@ typedef struct ms_model {
     int64_t *kv_row;          /* [n_layers] floats per position */
     int64_t *kv_window;       /* [n_layers] 0 = full context, else window */
     ms_expert_store *experts; /* NULL for dense models */
+    int prefetch;             /* decode: predict and prefetch the next layer's experts */
     int n_experts, n_experts_used;
 } ms_model;
 

@@ -280,7 +280,7 @@ static int gpt_oss_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_op
     sp = ms_malloc(sizeof *sp * (size_t)(4 * E), "expert spans", err);
     if (!ex || !sp)
         goto fail;
-    ms_bind_linear(b, MS_ROLE_DENSE, "model.embed_tokens", m->vocab, m->d, &m->embed);
+    ms_bind_linear(b, MS_ROLE_EMBED, "model.embed_tokens", m->vocab, m->d, &m->embed);
     for (int l = 0; l < (int)n_layers; l++) {
         int64_t window = 0;
         if (layer_window(m, ck->config, l, &window, err))
@@ -380,6 +380,11 @@ static int gpt_oss_forward(ms_model *mb, const ms_fwd *f, ms_err *err)
             return -1;
         ms_add(m->x, m->tmp, n * d);
         ms_trace_f32(f->trace, m->x, n, d, "L%d.moe_out", l);
+        if (mb->prefetch && n == 1 && l + 1 < mb->n_layers) {
+            gpt_oss_layer *N = &m->layers[l + 1];
+            ms_moe_prefetch_next(mb->experts, l + 1, m->x, d, N->mlp_norm, (float)m->eps,
+                                 &N->router, N->router_bias, m->n_experts, (int)k, m->xn);
+        }
         t1 = ms_now();
         tm->experts += t1 - t0;
         t0 = t1;

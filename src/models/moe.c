@@ -35,11 +35,27 @@ void ms_route_topk_softmax(const float *logits, int64_t n, int n_experts, int k,
     }
 }
 
+void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
+                          const float *norm_w, float eps, const ms_mat *router,
+                          const float *bias, int n_experts, int k, float *tmp)
+{
+    float *xn = tmp, *logits = tmp + d;
+    int32_t ids[512];
+    if (k > 512)
+        return;
+    ms_rmsnorm(x, norm_w, eps, 1, d, xn);
+    ms_matvec(router, xn, logits);
+    if (bias)
+        ms_add(logits, bias, n_experts);
+    ms_topk(logits, n_experts, k, ids);
+    ms_expert_prefetch(st, next_layer, ids, k);
+}
+
 int64_t ms_moe_scratch(const ms_moe *m, int64_t n)
 {
     /* gathered inputs, hidden, outputs per expert, and all contributions */
     return n * m->d_model + n * 2 * m->d_ff + n * m->d_ff + n * m->d_model +
-           n * m->top_k * m->d_model + n * m->top_k;
+           n * m->top_k * m->d_model + n * m->top_k + m->n_experts;
 }
 
 /* The FFN of one expert on rows X [rows][d_model] -> Y [rows][d_model]. */
@@ -79,25 +95,36 @@ int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t
     float *X = scratch, *H2 = X + n * d, *H = H2 + n * 2 * m->d_ff, *Y = H + n * m->d_ff;
     float *contrib = Y + n * d;           /* [n][k][d] */
     int32_t *slot = (int32_t *)(contrib + n * k * d); /* [n*k] slots of the current expert */
+    int32_t *uni = slot + n * k;          /* [n_experts] the union, ascending */
 
-    for (int e = 0; e < m->n_experts; e++) {
-        int rows = 0;
+    int nu = 0;
+    for (int e = 0; e < m->n_experts; e++)
         for (int64_t i = 0; i < n * k; i++)
             if (ids[i] == e) {
+                uni[nu++] = e;
+                break;
+            }
+    if (ms_expert_batch_begin(st, m->layer, uni, nu, err))
+        return -1;
+    ms_expert_lease lease;
+    int rc;
+    /* experts arrive in completion order; each writes only its own slots */
+    while ((rc = ms_expert_batch_next(st, &lease, err)) == 1) {
+        int rows = 0;
+        for (int64_t i = 0; i < n * k; i++)
+            if (ids[i] == lease.expert) {
                 slot[rows] = (int32_t)i;
                 memcpy(X + rows * d, x + (i / k) * d, (size_t)d * 4);
                 rows++;
             }
-        if (!rows)
-            continue;
-        ms_expert_lease lease;
-        if (ms_expert_get(st, m->layer, e, &lease, err))
-            return -1;
         expert_ffn(m, &lease, X, rows, H2, H, Y);
         ms_expert_put(st, &lease);
         for (int r = 0; r < rows; r++)
             memcpy(contrib + (int64_t)slot[r] * d, Y + r * d, (size_t)d * 4);
     }
+    if (rc < 0)
+        return -1;
+    /* canonical top-k order: bit-identical whatever the completion order */
     for (int64_t t = 0; t < n; t++) {
         float *o = out + t * d;
         memset(o, 0, (size_t)d * 4);

@@ -35,6 +35,15 @@ void ms_route_topk_softmax(const float *logits, int64_t n, int n_experts, int k,
 /* Indices of the k largest of v[0..n) in descending order (ties: lower index). */
 void ms_topk(const float *v, int n, int k, int32_t *idx);
 
+/* Decode prefetch: predicts the experts MoE layer next_layer will ask for
+ * from the residual x [d] after the current layer (next layer's norm, its
+ * router + bias, top-k: Picchio's proxy B, ~89% right on gpt-oss-20b) and asks
+ * the store to start loading them while the next attention runs.
+ * tmp: d + n_experts floats. */
+void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
+                          const float *norm_w, float eps, const ms_mat *router,
+                          const float *bias, int n_experts, int k, float *tmp);
+
 /* Scratch floats ms_moe_forward needs for n positions. */
 int64_t ms_moe_scratch(const ms_moe *m, int64_t n);
 

@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 void ms_rmsnorm(const float *x, const float *w, float eps, int64_t n, int64_t d, float *out)
 {
@@ -67,11 +66,4 @@ void ms_softmax(float *x, int64_t n)
     float inv = (float)(1.0 / s);
     for (int64_t i = 0; i < n; i++)
         x[i] *= inv;
-}
-
-double ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

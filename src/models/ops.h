@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "base/clock.h"
 #include "kernels/kernels.h"
 
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n rows of d (in place ok). */
@@ -23,7 +24,5 @@ void ms_mat_row(const ms_mat *w, int64_t r, float *out);
 /* In-place softmax over n values. */
 void ms_softmax(float *x, int64_t n);
 
-/* Wall-clock seconds (monotonic). */
-double ms_now(void);
 
 #endif

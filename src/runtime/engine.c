@@ -1,6 +1,8 @@
 /* Engine: open a checkpoint folder, find its family, bind and check every
  * tensor (refusing the model when L0 fails), choose the default context. */
+#include <errno.h>
 #include <omp.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,14 +19,14 @@ static int64_t kv_bytes_per_token(const ms_model *m)
     return b;
 }
 
-/* Default context: the config's maximum, capped so that the full-attention
- * KV cache fits in a quarter of the memory available now. */
+/* Default context: the config's maximum up to 16k tokens, capped so that the
+ * full-attention KV cache fits in an eighth of the memory available now. */
 static int64_t default_ctx(const ms_model *m, int quiet)
 {
-    int64_t per = kv_bytes_per_token(m), ctx = m->max_ctx;
+    int64_t per = kv_bytes_per_token(m), ctx = m->max_ctx < 16384 ? m->max_ctx : 16384;
     uint64_t avail = ms_mem_available();
     if (per > 0 && avail) {
-        int64_t cap = (int64_t)(avail / 4 / (uint64_t)per);
+        int64_t cap = (int64_t)(avail / 8 / (uint64_t)per);
         cap = cap < 256 ? 256 : cap;
         if (cap < ctx) {
             if (!quiet)
@@ -63,7 +65,8 @@ int ms_engine_read_special_ids(ms_engine *eng, ms_err *err)
     return 0;
 }
 
-/* Binds the model; refuses it with the first problems when L0 fails. */
+/* Binds the model; refuses it with the first problems when L0 fails. Keeps
+ * the dense spans for pinning. */
 static int load_model(ms_engine *eng, ms_err *err)
 {
     ms_binder b;
@@ -81,8 +84,72 @@ static int load_model(ms_engine *eng, ms_err *err)
                             eng->family->model_type, b.problems[0], eng->ck->dir);
         }
     }
+    eng->dense_bytes = b.bytes[MS_ROLE_DENSE] + b.bytes[MS_ROLE_EMBED];
+    eng->dense = b.dense;
+    eng->n_dense = b.n_dense;
+    b.dense = NULL;
     ms_binder_free(&b);
     return rc;
+}
+
+/* Locks the dense weights in memory so that streaming experts cannot evict
+ * them; an optimisation, so a refusal is reported and not fatal. */
+static void pin_dense(ms_engine *eng, int quiet)
+{
+    for (int i = 0; i < eng->n_dense; i++) {
+        const ms_span *s = &eng->dense[i];
+        uint64_t a = s->offset & ~4095ull, len = s->offset + s->nbytes - a;
+        const void *p = eng->ck->files[s->file].map + a;
+        if (mlock(p, len)) {
+            if (!quiet)
+                fprintf(stderr, "moestream: cannot pin dense weights (mlock: %s); streaming "
+                        "may evict them\n", strerror(errno));
+            return;
+        }
+        eng->pinned_bytes += len;
+    }
+}
+
+/* Chooses where experts live: the page cache when the whole model fits in
+ * the memory available, else an engine cache sized from what is left after
+ * the dense weights and the KV cache. Says which, once. */
+static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
+{
+    ms_model *m = eng->model;
+    if (!m->experts)
+        return 0;
+    uint64_t experts = ms_expert_total_bytes(m->experts);
+    uint64_t kv = (uint64_t)(kv_bytes_per_token(m) * eng->default_ctx);
+    uint64_t avail = ms_mem_available(), reserve = (256ull << 20) + avail / 20;
+    int place = o->placement;
+    if (place == MS_PLACE_AUTO)
+        place = o->ram > 0 ? MS_PLACE_CACHE
+              : (!avail || eng->dense_bytes + experts + kv + reserve < avail) ? MS_PLACE_PAGECACHE
+                                                                              : MS_PLACE_CACHE;
+    ms_expert_opts eo = {.policy = MS_EXPERTS_PAGECACHE, .io_threads = o->io_threads,
+                         .buffered = o->buffered};
+    if (place == MS_PLACE_CACHE) {
+        uint64_t used = eng->dense_bytes + kv + reserve;
+        eo.policy = MS_EXPERTS_CACHE;
+        eo.budget = o->ram > 0 ? (uint64_t)o->ram : avail > used ? avail - used : 0;
+        pin_dense(eng, o->quiet);
+    }
+    if (ms_expert_store_start(m->experts, eng->ck, &eo, err))
+        return ms_err_wrap(err, "placing experts");
+    m->prefetch = !o->no_prefetch;
+    if (!o->quiet)
+        fprintf(stderr, "moestream: experts %.2f GB, dense %.2f GB%s, %.1f GB available: %s\n",
+                (double)experts / 1e9, (double)eng->dense_bytes / 1e9,
+                eng->pinned_bytes ? " (pinned)" : "", (double)avail / 1e9,
+                ms_expert_store_describe(m->experts));
+    if (o->trace_path) {
+        eng->trace = fopen(o->trace_path, "w");
+        if (!eng->trace)
+            return ms_err_set(err, MS_E_IO, "%s: cannot write the trace: %s", o->trace_path,
+                              strerror(errno));
+        ms_expert_store_trace(m->experts, eng->trace);
+    }
+    return 0;
 }
 
 int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine **out,
@@ -107,6 +174,10 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
     eng->info.vocab_size = (int32_t)eng->model->vocab;
     eng->info.max_ctx = eng->model->max_ctx;
     eng->default_ctx = opts->ctx > 0 ? opts->ctx : default_ctx(eng->model, opts->quiet);
+    if (place_experts(eng, opts, err)) {
+        ms_engine_close(eng);
+        return -1;
+    }
     *out = eng;
     return 0;
 }
@@ -117,11 +188,19 @@ void ms_engine_close(ms_engine *eng)
         return;
     if (eng->model)
         eng->family->close(eng->model);
-    ms_ckpt_close(eng->ck);
+    if (eng->trace)
+        fclose(eng->trace);
+    ms_ckpt_close(eng->ck); /* unmapping also releases the pinned pages */
+    free(eng->dense);
     free(eng);
 }
 
 const ms_model_info *ms_engine_info(const ms_engine *eng)
 {
     return &eng->info;
+}
+
+const char *ms_engine_placement(const ms_engine *eng)
+{
+    return eng->model->experts ? ms_expert_store_describe(eng->model->experts) : "dense model";
 }

@@ -20,6 +20,11 @@ struct ms_engine {
     int32_t stop_ids[MS_MAX_STOP];
     int64_t default_ctx;
     int n_threads;
+    uint64_t dense_bytes;    /* resident weights, embeddings included */
+    ms_span *dense;          /* spans of the dense weights (pinned when experts stream) */
+    int n_dense;
+    uint64_t pinned_bytes;
+    FILE *trace;             /* expert routing trace, or NULL */
 };
 
 /* Reads the stop/bos ids from generation_config.json (else config.json). */

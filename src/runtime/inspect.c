@@ -22,8 +22,10 @@ static void print_tensors(const ms_checkpoint *ck, const ms_binder *b, FILE *out
 
 static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
 {
-    fprintf(out, "bytes: dense (resident) %llu (%.3f GB), routed experts %llu (%.3f GB)\n",
-            (unsigned long long)b->bytes[MS_ROLE_DENSE], (double)b->bytes[MS_ROLE_DENSE] / 1e9,
+    uint64_t dense = b->bytes[MS_ROLE_DENSE] + b->bytes[MS_ROLE_EMBED];
+    fprintf(out, "bytes: dense (resident) %llu (%.3f GB, of which embeddings %.3f GB), "
+            "routed experts %llu (%.3f GB)\n", (unsigned long long)dense, (double)dense / 1e9,
+            (double)b->bytes[MS_ROLE_EMBED] / 1e9,
             (unsigned long long)b->bytes[MS_ROLE_EXPERT],
             (double)b->bytes[MS_ROLE_EXPERT] / 1e9);
     if (m->experts && m->n_experts)

@@ -174,4 +174,18 @@ void ms_session_stats(const ms_session *s, ms_stats *out)
     out->t_experts = s->timers.experts;
     out->t_head = s->timers.head;
     out->t_other = s->timers.other;
+    const ms_expert_store *st = s->eng->model->experts;
+    if (st) {
+        ms_expert_stats e;
+        ms_expert_store_stats(st, &e);
+        out->expert_requests = e.requests;
+        out->expert_hits = e.hits;
+        out->bytes_read = e.bytes_read;
+        out->prefetch_predicted = e.prefetch_predicted;
+        out->prefetch_correct = e.prefetch_correct;
+        out->prefetch_issued = e.prefetch_issued;
+        out->prefetch_used = e.prefetch_used;
+        out->prefetch_wasted_bytes = e.prefetch_wasted_bytes;
+        out->t_io_wait = e.t_wait;
+    }
 }

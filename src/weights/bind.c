@@ -37,6 +37,7 @@ void ms_binder_free(ms_binder *b)
     free(b->problems);
     free(b->used);
     free(b->ignored);
+    free(b->dense);
     memset(b, 0, sizeof *b);
 }
 
@@ -74,6 +75,17 @@ static void mark_used(ms_binder *b, ms_role role, const ms_tensor_info *t)
     b->used[i] = 1;
     b->n_used++;
     b->bytes[role] += t->nbytes;
+    if (role == MS_ROLE_DENSE) {
+        if (b->n_dense == b->cap_dense) {
+            int cap = b->cap_dense ? 2 * b->cap_dense : 256;
+            ms_span *v = realloc(b->dense, sizeof *v * (size_t)cap);
+            if (!v)
+                return; /* pinning is an optimisation: a shorter list only pins less */
+            b->dense = v;
+            b->cap_dense = cap;
+        }
+        b->dense[b->n_dense++] = ms_span_of(t);
+    }
 }
 
 const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *name,
@@ -107,7 +119,7 @@ const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *nam
 
 ms_span ms_span_of(const ms_tensor_info *t)
 {
-    ms_span s = {t->file, t->offset, t->nbytes};
+    ms_span s = {t->file, t->offset, t->nbytes, t->name, t->offset};
     return s;
 }
 
@@ -229,8 +241,10 @@ int ms_bind_mxfp4_experts(ms_binder *b, const char *blocks, const char *scales,
         x->scale = sb + (uint64_t)e * sstride;
         x->scale_dtype = MS_DTYPE_U8;
         if (span) {
-            span[2 * e] = (ms_span){tb->file, tb->offset + (uint64_t)e * wstride, wstride};
-            span[2 * e + 1] = (ms_span){ts->file, ts->offset + (uint64_t)e * sstride, sstride};
+            span[2 * e] = (ms_span){tb->file, tb->offset + (uint64_t)e * wstride, wstride,
+                                    tb->name, tb->offset};
+            span[2 * e + 1] = (ms_span){ts->file, ts->offset + (uint64_t)e * sstride, sstride,
+                                        ts->name, ts->offset};
         }
     }
     return 0;

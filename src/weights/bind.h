@@ -21,7 +21,10 @@
 #include "format/checkpoint.h"
 #include "kernels/kernels.h"
 
-typedef enum ms_role { MS_ROLE_DENSE = 0, MS_ROLE_EXPERT = 1 } ms_role;
+/* Dense weights are touched every token and pinned when experts stream;
+ * embeddings are dense too but touched one row per token, so left to the
+ * page cache; routed experts go through the expert store. */
+typedef enum ms_role { MS_ROLE_DENSE = 0, MS_ROLE_EXPERT = 1, MS_ROLE_EMBED = 2 } ms_role;
 
 /* Dtype masks for "any of these". */
 #define MS_DT(d) (1u << (d))
@@ -32,6 +35,8 @@ typedef enum ms_role { MS_ROLE_DENSE = 0, MS_ROLE_EXPERT = 1 } ms_role;
 typedef struct ms_span {
     int file;               /* shard index, -1 when unused */
     uint64_t offset, nbytes;
+    const char *tensor;     /* the tensor these bytes belong to (for errors) */
+    uint64_t tensor_off;    /* file offset where that tensor's data starts */
 } ms_span;
 
 typedef struct ms_binder {
@@ -47,7 +52,9 @@ typedef struct ms_binder {
     int64_t n_used;
     uint8_t *used;          /* per tensor ordinal: handed out */
     uint8_t *ignored;       /* per tensor ordinal: knowingly unused */
-    uint64_t bytes[2];      /* per ms_role */
+    uint64_t bytes[3];      /* per ms_role */
+    ms_span *dense;         /* spans of MS_ROLE_DENSE tensors (for pinning) */
+    int n_dense, cap_dense;
     int64_t dtype_count[MS_DTYPE_COUNT];
     uint64_t dtype_bytes[MS_DTYPE_COUNT];
 } ms_binder;

@@ -1,0 +1,331 @@
+/* Read backends: io_uring, pread thread pool, and a fault injector. */
+#include "base/io.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- a FIFO of requests (intrusive through a side array) ---------------- */
+
+typedef struct fifo {
+    ms_io_req **v;
+    int head, n, cap;
+} fifo;
+
+static int fifo_push(fifo *q, ms_io_req *r)
+{
+    if (q->n == q->cap) {
+        int cap = q->cap ? 2 * q->cap : 64;
+        ms_io_req **v = malloc(sizeof *v * (size_t)cap);
+        if (!v)
+            return -1;
+        for (int i = 0; i < q->n; i++)
+            v[i] = q->v[(q->head + i) % q->cap];
+        free(q->v);
+        q->v = v;
+        q->head = 0;
+        q->cap = cap;
+    }
+    q->v[(q->head + q->n) % q->cap] = r;
+    q->n++;
+    return 0;
+}
+
+static ms_io_req *fifo_pop(fifo *q)
+{
+    if (!q->n)
+        return NULL;
+    ms_io_req *r = q->v[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    return r;
+}
+
+/* ---- io_uring ------------------------------------------------------------ */
+
+typedef struct uring_io {
+    ms_io base;
+    struct io_uring ring;
+    int depth, in_ring;
+    fifo backlog;          /* submitted while the ring was full */
+} uring_io;
+
+static int uring_push(uring_io *u, ms_io_req *r, ms_err *err)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+    if (!sqe)
+        return fifo_push(&u->backlog, r) ? ms_err_set(err, MS_E_NOMEM, "io backlog") : 0;
+    io_uring_prep_read(sqe, r->fd, r->buf, (unsigned)r->len, r->off);
+    io_uring_sqe_set_data(sqe, r);
+    int rc = io_uring_submit(&u->ring);
+    if (rc < 0)
+        return ms_err_set(err, MS_E_IO, "io_uring_submit: %s", strerror(-rc));
+    u->in_ring++;
+    return 0;
+}
+
+static int uring_submit(ms_io *io, ms_io_req *r, ms_err *err)
+{
+    uring_io *u = (uring_io *)io;
+    if (r->len > (1u << 30))
+        return ms_err_set(err, MS_E_ARG, "read of %llu bytes is too large for one request",
+                          (unsigned long long)r->len);
+    io->inflight++;
+    if (u->in_ring >= u->depth)
+        return fifo_push(&u->backlog, r) ? ms_err_set(err, MS_E_NOMEM, "io backlog") : 0;
+    return uring_push(u, r, err);
+}
+
+static int uring_wait(ms_io *io, ms_io_req **done, int max, int block, ms_err *err)
+{
+    uring_io *u = (uring_io *)io;
+    int n = 0;
+    while (n < max && u->in_ring > 0) {
+        struct io_uring_cqe *cqe;
+        int rc = (block && n == 0) ? io_uring_wait_cqe(&u->ring, &cqe)
+                                   : io_uring_peek_cqe(&u->ring, &cqe);
+        if (rc == -EAGAIN || rc == -EINTR) {
+            if (rc == -EINTR && block && n == 0)
+                continue;
+            break;
+        }
+        if (rc < 0)
+            return ms_err_set(err, MS_E_IO, "io_uring_wait_cqe: %s", strerror(-rc));
+        ms_io_req *r = io_uring_cqe_get_data(cqe);
+        r->res = cqe->res;
+        io_uring_cqe_seen(&u->ring, cqe);
+        u->in_ring--;
+        io->inflight--;
+        done[n++] = r;
+    }
+    while (u->in_ring < u->depth && u->backlog.n)
+        if (uring_push(u, fifo_pop(&u->backlog), err))
+            return -1;
+    return n;
+}
+
+static void uring_close(ms_io *io)
+{
+    uring_io *u = (uring_io *)io;
+    while (u->in_ring > 0) { /* drain: the kernel may still write into buffers */
+        struct io_uring_cqe *cqe;
+        if (io_uring_wait_cqe(&u->ring, &cqe))
+            break;
+        io_uring_cqe_seen(&u->ring, cqe);
+        u->in_ring--;
+    }
+    io_uring_queue_exit(&u->ring);
+    free(u->backlog.v);
+    free(u);
+}
+
+static const ms_io_vtbl uring_vtbl = {"io_uring", uring_submit, uring_wait, uring_close};
+
+int ms_io_open_uring(int depth, ms_io **out, ms_err *err)
+{
+    *out = NULL;
+    uring_io *u = ms_calloc(1, sizeof *u, "io_uring", err);
+    if (!u)
+        return -1;
+    int rc = io_uring_queue_init((unsigned)depth, &u->ring, 0);
+    if (rc < 0) {
+        free(u);
+        return ms_err_set(err, MS_E_UNSUPPORTED, "io_uring unavailable: %s", strerror(-rc));
+    }
+    u->base.v = &uring_vtbl;
+    u->depth = depth;
+    *out = &u->base;
+    return 0;
+}
+
+/* ---- pread thread pool ---------------------------------------------------- */
+
+typedef struct pool_io {
+    ms_io base;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done_cv;
+    fifo todo, done;
+    int n_threads, stop;
+    pthread_t *threads;
+} pool_io;
+
+static void do_pread(ms_io_req *r)
+{
+    uint64_t got = 0;
+    while (got < r->len) {
+        ssize_t k = pread(r->fd, (char *)r->buf + got, r->len - got, (off_t)(r->off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            r->res = -errno;
+            return;
+        }
+        if (k == 0)
+            break;
+        got += (uint64_t)k;
+    }
+    r->res = (int64_t)got;
+}
+
+static void *pool_worker(void *arg)
+{
+    pool_io *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->todo.n && !p->stop)
+            pthread_cond_wait(&p->work, &p->mu);
+        if (p->stop && !p->todo.n)
+            break;
+        ms_io_req *r = fifo_pop(&p->todo);
+        pthread_mutex_unlock(&p->mu);
+        do_pread(r);
+        pthread_mutex_lock(&p->mu);
+        if (fifo_push(&p->done, r))
+            r->res = -ENOMEM; /* cannot happen without memory; reported below */
+        pthread_cond_signal(&p->done_cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static int pool_submit(ms_io *io, ms_io_req *r, ms_err *err)
+{
+    pool_io *p = (pool_io *)io;
+    pthread_mutex_lock(&p->mu);
+    int rc = fifo_push(&p->todo, r);
+    if (!rc)
+        io->inflight++;
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    return rc ? ms_err_set(err, MS_E_NOMEM, "io queue") : 0;
+}
+
+static int pool_wait(ms_io *io, ms_io_req **done, int max, int block, ms_err *err)
+{
+    (void)err;
+    pool_io *p = (pool_io *)io;
+    int n = 0;
+    pthread_mutex_lock(&p->mu);
+    while (block && !p->done.n && io->inflight > 0)
+        pthread_cond_wait(&p->done_cv, &p->mu);
+    while (n < max && p->done.n) {
+        done[n++] = fifo_pop(&p->done);
+        io->inflight--;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static void pool_close(ms_io *io)
+{
+    pool_io *p = (pool_io *)io;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_threads; i++)
+        pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done_cv);
+    free(p->todo.v);
+    free(p->done.v);
+    free(p->threads);
+    free(p);
+}
+
+static const ms_io_vtbl pool_vtbl = {"threads", pool_submit, pool_wait, pool_close};
+
+int ms_io_open_threads(int n_threads, ms_io **out, ms_err *err)
+{
+    *out = NULL;
+    pool_io *p = ms_calloc(1, sizeof *p, "io pool", err);
+    if (!p)
+        return -1;
+    p->base.v = &pool_vtbl;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
+    p->threads = ms_calloc((size_t)n_threads, sizeof *p->threads, "io threads", err);
+    if (!p->threads) {
+        free(p);
+        return -1;
+    }
+    for (int i = 0; i < n_threads; i++) {
+        if (pthread_create(&p->threads[i], NULL, pool_worker, p)) {
+            p->n_threads = i;
+            pool_close(&p->base);
+            return ms_err_set(err, MS_E_NOMEM, "cannot start I/O thread %d", i);
+        }
+    }
+    p->n_threads = n_threads;
+    *out = &p->base;
+    return 0;
+}
+
+/* ---- fault injection ------------------------------------------------------- */
+
+typedef struct faulty_io {
+    ms_io base;
+    ms_io *inner;
+    int fd;
+    uint64_t fail_from;
+    int64_t res;
+    fifo failed;
+} faulty_io;
+
+static int faulty_submit(ms_io *io, ms_io_req *r, ms_err *err)
+{
+    faulty_io *f = (faulty_io *)io;
+    io->inflight++;
+    if (r->fd == f->fd && r->off + r->len > f->fail_from) {
+        r->res = f->res >= 0 && (uint64_t)f->res > r->len ? (int64_t)r->len : f->res;
+        return fifo_push(&f->failed, r) ? ms_err_set(err, MS_E_NOMEM, "io fault list") : 0;
+    }
+    return ms_io_submit(f->inner, r, err);
+}
+
+static int faulty_wait(ms_io *io, ms_io_req **done, int max, int block, ms_err *err)
+{
+    faulty_io *f = (faulty_io *)io;
+    int n = 0;
+    while (n < max && f->failed.n)
+        done[n++] = fifo_pop(&f->failed);
+    if (n < max) {
+        int k = ms_io_wait(f->inner, done + n, max - n, block && n == 0, err);
+        if (k < 0)
+            return -1;
+        n += k;
+    }
+    io->inflight -= n;
+    return n;
+}
+
+static void faulty_close(ms_io *io)
+{
+    faulty_io *f = (faulty_io *)io;
+    ms_io_close(f->inner);
+    free(f->failed.v);
+    free(f);
+}
+
+static const ms_io_vtbl faulty_vtbl = {"faulty", faulty_submit, faulty_wait, faulty_close};
+
+int ms_io_open_faulty(ms_io *inner, int fd, uint64_t fail_from, int64_t res, ms_io **out,
+                      ms_err *err)
+{
+    *out = NULL;
+    faulty_io *f = ms_calloc(1, sizeof *f, "faulty io", err);
+    if (!f)
+        return -1;
+    f->base.v = &faulty_vtbl;
+    f->inner = inner;
+    f->fd = fd;
+    f->fail_from = fail_from;
+    f->res = res;
+    *out = &f->base;
+    return 0;
+}
