@@ -24,7 +24,7 @@ APP_SRC  := $(sort $(wildcard app/*.c))
 TEST_SRC := $(sort $(wildcard tests/*/test_*.c))
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/configs.o
 APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
@@ -40,6 +40,14 @@ $(BUILD)/src/kernels/x86_avx512.o: CFLAGS += $(AVX512_FLAGS)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# Released configs embedded for `moestream synth --like NAME`.
+$(BUILD)/gen/configs.c: tools/embed_configs.sh $(wildcard configs/*/*.json)
+	@mkdir -p $(dir $@)
+	sh tools/embed_configs.sh > $@
+
+$(BUILD)/gen/configs.o: $(BUILD)/gen/configs.c
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@

@@ -24,5 +24,7 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
 
 #endif

@@ -10,7 +10,7 @@
 typedef struct run_opts {
     const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
     int placement, no_prefetch, buffered;
-    int64_t ram, io_threads;
+    int64_t ram, io_threads, cache_slots;
     int64_t n_predict, ctx, threads, feed;
     int ids, ignore_eos, stats, raw;
     int have_temp, have_top_p, have_top_k, have_min_p, have_seed;
@@ -62,6 +62,7 @@ static int parse(const char *cmd, int argc, char **argv, run_opts *o)
             continue;
         }
         NUM_I("--io-threads", 1, 256, o->io_threads)
+        NUM_I("--cache-slots", 1, INT32_MAX, o->cache_slots)
         NUM_I("-n", 0, INT32_MAX, o->n_predict)
         NUM_I("--ctx", 1, INT64_C(1) << 40, o->ctx)
         NUM_I("--threads", 1, 1024, o->threads)
@@ -113,6 +114,7 @@ static int open_all(const run_opts *o, ms_engine **eng, ms_session **s, int32_t 
 {
     ms_engine_opts eo = {.n_threads = (int)o->threads, .ctx = o->ctx,
                          .placement = o->placement, .ram = o->ram,
+                         .cache_slots = (int)o->cache_slots,
                          .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
                          .buffered = o->buffered, .trace_path = o->trace};
     ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};

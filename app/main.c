@@ -14,11 +14,14 @@ static const struct {
      "run MODEL_DIR --prompt-ids FILE [-n N] [--temp T] [--top-p P] [--top-k K] "
      "[--min-p P] [--seed S] [--ctx N] [--ids] [--ignore-eos] [--stats] [--threads N]\n"
      "                [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
-     "[--no-prefetch] [--buffered] [--trace FILE]"},
+     "[--no-prefetch] [--buffered] [--trace FILE] [--cache-slots N]"},
     {"logits", cmd_logits,
      "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--feed N] [--dump DIR] "
      "[--threads N]\n                [same placement options as run]"},
     {"inspect", cmd_inspect, "inspect MODEL_DIR"},
+    {"synth", cmd_synth,
+     "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},
+    {"replay", cmd_replay, "replay TRACE (--ram SIZE | --slots N)"},
 };
 
 static int usage(FILE *out)
@@ -35,6 +38,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage(stderr);
+    ms_install_fault_handler();
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("moestream %s (kernels: %s)\n", MS_VERSION, ms_kernel_path());
         return 0;

@@ -51,6 +51,7 @@ typedef struct ms_engine_opts {
     int quiet;           /* no progress lines on stderr */
     int placement;       /* enum ms_placement */
     int64_t ram;         /* expert cache budget in bytes; 0 = derived from memory */
+    int cache_slots;     /* > 0: expert cache of exactly that many experts (tests, tuning) */
     int io_threads;      /* 0 = io_uring; > 0 = that many pread threads */
     int no_prefetch;     /* disable decode prefetch of the next layer's experts */
     int buffered;        /* never use O_DIRECT for expert reads */
@@ -143,6 +144,38 @@ int32_t ms_sampler_next(ms_sampler *s, const float *logits);
  * nothing unexpected is stored, MS_E_MISMATCH otherwise (err says how many),
  * or another error when the folder cannot be read at all. */
 int ms_inspect(const char *model_dir, FILE *out, ms_error *err);
+
+/* Writes a random-weight checkpoint with a released configuration (built-in
+ * name, or a config.json path) in that release's exact on-disk layout. */
+typedef struct ms_synth_opts {
+    const char *like;        /* built-in configuration name, or NULL */
+    const char *config_path; /* a config.json (generation_config.json beside it) */
+    const char *out_dir;
+    int layers;              /* > 0: keep only that many layers */
+    uint64_t seed;
+    int64_t shard_bytes;     /* 0 = about 4.6 GB per shard, as releases */
+    int quiet;
+} ms_synth_opts;
+int ms_synth(const ms_synth_opts *o, ms_error *err);
+/* Built-in configuration names, NULL-terminated. */
+const char *ms_synth_name(int i);
+
+/* Offline replay of an expert routing trace (written with trace_path):
+ * hit rates of LRU and of the optimum (Belady: evict the expert next used
+ * furthest in the future) for a cache of `slots` experts, or of `ram` bytes
+ * divided by the trace's slot size when slots is 0. */
+typedef struct ms_replay_result {
+    int64_t requests, slots;
+    double lru_hit, opt_hit;   /* fractions in [0, 1] */
+    double engine_hit;         /* the engine's own eviction policy */
+} ms_replay_result;
+int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_result *out,
+              ms_error *err);
+
+/* Turns SIGBUS on a mapped shard (a file truncated or unreadable while the
+ * model runs) into a one-line error naming the shard, offset and tensor,
+ * then exits with status 1. Front ends call it once at start. */
+void ms_install_fault_handler(void);
 
 /* The kernel path chosen for this CPU ("avx512", "avx2", "scalar"). */
 const char *ms_kernel_path(void);

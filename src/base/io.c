@@ -282,7 +282,16 @@ static int faulty_submit(ms_io *io, ms_io_req *r, ms_err *err)
     faulty_io *f = (faulty_io *)io;
     io->inflight++;
     if (r->fd == f->fd && r->off + r->len > f->fail_from) {
-        r->res = f->res >= 0 && (uint64_t)f->res > r->len ? (int64_t)r->len : f->res;
+        if (f->res < 0) {
+            r->res = f->res;
+        } else { /* truncated at fail_from: real bytes up to it, then nothing */
+            uint64_t len = r->len;
+            r->len = r->off < f->fail_from ? f->fail_from - r->off : 0;
+            r->res = 0;
+            if (r->len)
+                do_pread(r);
+            r->len = len;
+        }
         return fifo_push(&f->failed, r) ? ms_err_set(err, MS_E_NOMEM, "io fault list") : 0;
     }
     return ms_io_submit(f->inner, r, err);

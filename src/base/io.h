@@ -46,7 +46,9 @@ int ms_io_open_uring(int depth, ms_io **out, ms_err *err);
 int ms_io_open_threads(int n_threads, ms_io **out, ms_err *err);
 
 /* Wraps inner: every request on fd whose range reaches past fail_from
- * completes with res (e.g. -EIO, or a short count when res >= 0). Owns inner. */
+ * completes with res when res < 0 (e.g. -EIO); when res == 0 the file looks
+ * truncated at fail_from (the bytes before it are read, then a short count).
+ * Owns inner. */
 int ms_io_open_faulty(ms_io *inner, int fd, uint64_t fail_from, int64_t res, ms_io **out,
                       ms_err *err);
 

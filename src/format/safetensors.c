@@ -12,6 +12,51 @@
 
 #include "base/json.h"
 
+/* Open files, for naming the culprit when a mapped page cannot be read
+ * (SIGBUS after a shard is truncated under us). Slots are claimed with an
+ * atomic exchange so opens on several threads do not collide. */
+#define MAX_LIVE 8192
+static ms_st_file *live[MAX_LIVE];
+
+static void live_add(ms_st_file *f)
+{
+    for (int i = 0; i < MAX_LIVE; i++) {
+        ms_st_file *expected = NULL;
+        if (__atomic_compare_exchange_n(&live[i], &expected, f, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return;
+    }
+}
+
+static void live_remove(ms_st_file *f)
+{
+    for (int i = 0; i < MAX_LIVE; i++) {
+        ms_st_file *expected = f;
+        if (__atomic_compare_exchange_n(&live[i], &expected, NULL, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return;
+    }
+}
+
+int ms_st_describe_address(const void *addr, char *buf, int cap)
+{
+    const uint8_t *p = addr;
+    for (int i = 0; i < MAX_LIVE; i++) {
+        ms_st_file *f = __atomic_load_n(&live[i], __ATOMIC_SEQ_CST);
+        if (!f || !f->map || p < f->map || p >= f->map + f->size)
+            continue;
+        uint64_t off = (uint64_t)(p - f->map);
+        const char *tensor = "(header)";
+        for (int t = 0; t < f->n_tensors; t++)
+            if (off >= f->tensors[t].offset && off < f->tensors[t].offset + f->tensors[t].nbytes)
+                tensor = f->tensors[t].name;
+        snprintf(buf, (size_t)cap, "%s: file offset %llu, in tensor %s", f->path,
+                 (unsigned long long)off, tensor);
+        return 1;
+    }
+    return 0;
+}
+
 int64_t ms_tensor_numel(const ms_tensor_info *t)
 {
     int64_t n = 1;
@@ -195,6 +240,7 @@ void ms_st_close(ms_st_file *f)
 {
     if (!f)
         return;
+    live_remove(f);
     if (f->map)
         munmap((void *)f->map, f->size);
     if (f->fd >= 0)
@@ -247,6 +293,7 @@ int ms_st_open(const char *path, int file_index, ms_st_file *f, ms_err *err)
     if (ms_st_parse_header(path, (const char *)f->map + 8, hlen, f->data_start,
                            f->size - f->data_start, file_index, f, err))
         goto fail;
+    live_add(f);
     return 0;
 fail:
     ms_st_close(f);

@@ -55,6 +55,11 @@ int ms_st_parse_header(const char *path, const char *hdr, uint64_t len,
                        uint64_t data_start, uint64_t data_size, int file_index,
                        ms_st_file *f, ms_err *err);
 
+/* Describes the mapped shard byte at addr ("<file>: offset N, in tensor T")
+ * into buf; returns 0 when addr lies in no open shard. Async-signal-safe
+ * enough for a fatal-signal handler (no locks, no allocation). */
+int ms_st_describe_address(const void *addr, char *buf, int cap);
+
 /* Number of elements of a tensor (product of its shape). */
 int64_t ms_tensor_numel(const ms_tensor_info *t);
 

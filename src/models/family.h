@@ -73,6 +73,7 @@ typedef struct ms_model {
 
 typedef struct ms_family {
     const char *model_type;
+    ms_dtype fp8_scale_dtype;   /* weight_scale_inv dtype of the release's FP8 files */
     /* Reads config.json, binds every tensor through b (problems are recorded
      * in b, not returned), allocates the model. Returns -1 with err only for
      * errors that stop the walk (unreadable config, out of memory). */

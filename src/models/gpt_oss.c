@@ -397,6 +397,7 @@ static int gpt_oss_forward(ms_model *mb, const ms_fwd *f, ms_err *err)
 
 const ms_family ms_family_gpt_oss = {
     .model_type = "gpt_oss",
+    .fp8_scale_dtype = MS_DTYPE_F32,
     .open = gpt_oss_open,
     .close = gpt_oss_close,
     .describe = gpt_oss_describe,

@@ -123,7 +123,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     uint64_t avail = ms_mem_available(), reserve = (256ull << 20) + avail / 20;
     int place = o->placement;
     if (place == MS_PLACE_AUTO)
-        place = o->ram > 0 ? MS_PLACE_CACHE
+        place = o->ram > 0 || o->cache_slots > 0 ? MS_PLACE_CACHE
               : (!avail || eng->dense_bytes + experts + kv + reserve < avail) ? MS_PLACE_PAGECACHE
                                                                               : MS_PLACE_CACHE;
     ms_expert_opts eo = {.policy = MS_EXPERTS_PAGECACHE, .io_threads = o->io_threads,
@@ -132,6 +132,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
         uint64_t used = eng->dense_bytes + kv + reserve;
         eo.policy = MS_EXPERTS_CACHE;
         eo.budget = o->ram > 0 ? (uint64_t)o->ram : avail > used ? avail - used : 0;
+        eo.slots = o->cache_slots;
         pin_dense(eng, o->quiet);
     }
     if (ms_expert_store_start(m->experts, eng->ck, &eo, err))

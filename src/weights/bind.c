@@ -28,10 +28,54 @@ int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err
     return 0;
 }
 
+int ms_binder_init_collect(ms_binder *b, const ms_checkpoint *ck, int fp8, ms_dtype scale,
+                           ms_err *err)
+{
+    if (ms_binder_init(b, ck, 1, err))
+        return -1;
+    b->collect = 1;
+    b->collect_fp8 = fp8;
+    b->collect_scale = scale;
+    return 0;
+}
+
+/* Records a requested tensor with the first dtype of the mask a release
+ * would use (BF16 before F32 before the rest). */
+static void collect(ms_binder *b, ms_role role, const char *name, uint32_t dtypes, int n_dims,
+                    const int64_t *shape)
+{
+    if (b->n_specs == b->cap_specs) {
+        int cap = b->cap_specs ? 2 * b->cap_specs : 1024;
+        ms_tensor_spec *v = realloc(b->specs, sizeof *v * (size_t)cap);
+        if (!v) {
+            ms_bind_problem(b, "out of memory recording %s", name);
+            return;
+        }
+        b->specs = v;
+        b->cap_specs = cap;
+    }
+    ms_tensor_spec *s = &b->specs[b->n_specs++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->role = role;
+    s->n_dims = n_dims;
+    for (int i = 0; i < n_dims && i < 4; i++)
+        s->shape[i] = shape[i];
+    static const ms_dtype pref[] = {MS_DTYPE_BF16, MS_DTYPE_F32, MS_DTYPE_F8_E4M3, MS_DTYPE_U8};
+    s->dtype = MS_DTYPE_INVALID;
+    for (size_t i = 0; i < sizeof pref / sizeof pref[0] && !s->dtype; i++)
+        if (dtypes & MS_DT(pref[i]))
+            s->dtype = pref[i];
+    for (int d = 1; d < MS_DTYPE_COUNT && !s->dtype; d++)
+        if (dtypes & MS_DT(d))
+            s->dtype = (ms_dtype)d;
+}
+
 void ms_binder_free(ms_binder *b)
 {
     if (!b)
         return;
+    free(b->specs);
     for (int i = 0; i < b->n_problems; i++)
         free(b->problems[i]);
     free(b->problems);
@@ -91,6 +135,10 @@ static void mark_used(ms_binder *b, ms_role role, const ms_tensor_info *t)
 const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *name,
                                      uint32_t dtypes, int n_dims, const int64_t *shape)
 {
+    if (b->collect) {
+        collect(b, role, name, dtypes, n_dims, shape);
+        return NULL;
+    }
     const ms_tensor_info *t = ms_ckpt_find(b->ck, name);
     char want[128], got[128];
     if (!t) {
@@ -137,6 +185,16 @@ int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
     m->rows = rows;
     m->cols = cols;
     snprintf(name, sizeof name, "%s.weight", prefix);
+    int64_t br = b->fp8_block[0], bc = b->fp8_block[1];
+    int64_t sshape[2] = {(rows + br - 1) / br, (cols + bc - 1) / bc};
+    if (b->collect) {
+        ms_bind_tensor(b, role, name, b->collect_fp8 ? MS_DT(MS_DTYPE_F8_E4M3) : MS_DT_FLOAT, 2,
+                       shape);
+        snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
+        if (b->collect_fp8)
+            ms_bind_tensor(b, role, name, MS_DT(b->collect_scale), 2, sshape);
+        return -1;
+    }
     const ms_tensor_info *t = ms_bind_tensor(b, role, name,
                                              MS_DT_FLOAT | MS_DT(MS_DTYPE_F8_E4M3), 2, shape);
     if (!t)
@@ -146,8 +204,6 @@ int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
         m->fmt = float_fmt(t->dtype);
         return 0;
     }
-    int64_t br = b->fp8_block[0], bc = b->fp8_block[1];
-    int64_t sshape[2] = {(rows + br - 1) / br, (cols + bc - 1) / bc};
     snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
     const ms_tensor_info *s = ms_bind_tensor(b, role, name, MS_DT_FLOAT, 2, sshape);
     if (!s)

@@ -39,8 +39,24 @@ typedef struct ms_span {
     uint64_t tensor_off;    /* file offset where that tensor's data starts */
 } ms_span;
 
+/* A tensor a family asks for, as recorded in collect mode (synth). */
+typedef struct ms_tensor_spec {
+    char name[192];
+    ms_dtype dtype;
+    int n_dims;
+    int64_t shape[4];
+    ms_role role;
+} ms_tensor_spec;
+
 typedef struct ms_binder {
     const ms_checkpoint *ck;
+    /* collect mode: no tensors are read; every request is recorded with the
+     * dtype a release would store (synth writes them) */
+    int collect;
+    int collect_fp8;        /* linear weights as F8_E4M3 + weight_scale_inv */
+    ms_dtype collect_scale; /* dtype of weight_scale_inv */
+    ms_tensor_spec *specs;
+    int n_specs, cap_specs;
     ms_arena *arena;        /* receives widened vectors; set by the family once its
                              * model exists; unused in check-only mode */
     int check_only;
@@ -60,6 +76,10 @@ typedef struct ms_binder {
 } ms_binder;
 
 int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err *err);
+
+/* A binder that records the tensors a family asks for instead of reading them. */
+int ms_binder_init_collect(ms_binder *b, const ms_checkpoint *ck, int fp8, ms_dtype scale,
+                           ms_err *err);
 void ms_binder_free(ms_binder *b);
 
 /* Adds a problem line (printf-style). Families use it for config-level

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "weights/evict.h"
 
 #define ALIGN 4096u
 #define COALESCE_GAP (64u << 10)  /* read through gaps this small: one request beats two */
@@ -62,6 +63,7 @@ struct ms_expert_store {
     uint8_t *arena;
     int32_t *slot_of;               /* [n_layers * n_experts] -> slot or -1 */
     uint64_t clock, gen;
+    ms_usage usage;                 /* routing statistics for eviction */
     /* the current batch */
     int b_layer, b_n, b_done;
     batch_entry *b;
@@ -97,7 +99,8 @@ int ms_expert_store_open(int n_layers, int n_experts, int n_mats, ms_expert_stor
     st->b = ms_calloc((size_t)n_experts, sizeof *st->b, "expert batch", err);
     st->pred = ms_calloc((size_t)n_experts, sizeof *st->pred, "expert prediction", err);
     st->pred_layer = -1;
-    if (!st->mats || !st->spans || !st->b || !st->pred) {
+    if (!st->mats || !st->spans || !st->b || !st->pred ||
+        ms_usage_init(&st->usage, n_layers, n_experts)) {
         ms_expert_store_close(st);
         return -1;
     }
@@ -126,6 +129,7 @@ void ms_expert_store_close(ms_expert_store *st)
     free(st->slot_of);
     free(st->b);
     free(st->pred);
+    ms_usage_free(&st->usage);
     free(st->mats);
     free(st->spans);
     free(st);
@@ -329,7 +333,7 @@ int ms_expert_store_start(ms_expert_store *st, const ms_checkpoint *ck,
     if (!st->slot_bytes)
         return ms_err_set(err, MS_E_ARG, "expert store: no expert bytes registered");
     uint64_t max_slots = (uint64_t)st->n_layers * (uint64_t)st->n_experts;
-    uint64_t n = o->budget / st->slot_bytes;
+    uint64_t n = o->slots > 0 ? (uint64_t)o->slots : o->budget / st->slot_bytes;
     if (n < 1)
         return ms_err_set(err, MS_E_ARG, "expert cache budget of %.1f MB is below one expert "
                           "(%.1f MB)", (double)o->budget / 1e6, (double)st->slot_bytes / 1e6);
@@ -370,19 +374,25 @@ static int32_t *slot_ref(ms_expert_store *st, int layer, int e)
     return &st->slot_of[(size_t)layer * (size_t)st->n_experts + (size_t)e];
 }
 
-/* An empty slot, else the least recently used one that nobody holds, that
- * is not loading and that the current batch does not need; -1 if none. */
-static int victim(ms_expert_store *st)
+/* An empty slot, else among those nobody holds, not loading and not needed
+ * by the current batch, the one expected to be needed furthest in the future
+ * (evict.h), seen from layer `cur`; -1 if none. */
+static int victim(ms_expert_store *st, int cur)
 {
     int best = -1;
+    double best_score = 0;
     for (int i = 0; i < st->n_slots; i++) {
         slot *s = &st->slots[i];
         if (s->state == SLOT_EMPTY)
             return i;
         if (s->refs || s->state == SLOT_LOADING || s->batch_gen == st->gen)
             continue;
-        if (best < 0 || s->last_use < st->slots[best].last_use)
+        double sc = ms_usage_score(&st->usage, s->layer, s->expert, cur);
+        if (best < 0 || sc > best_score ||
+            (sc == best_score && s->last_use < st->slots[best].last_use)) {
             best = i;
+            best_score = sc;
+        }
     }
     return best;
 }
@@ -529,6 +539,7 @@ int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, in
                 st->st.prefetch_correct += ids[i] == st->pred[j];
         st->pred_layer = -1;
     }
+    ms_usage_visit(&st->usage, layer, ids, n);
     if (st->policy == MS_EXPERTS_PAGECACHE) {
         st->st.hits += n;
         return 0;
@@ -556,7 +567,7 @@ int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, in
     for (int i = 0; i < n; i++) {
         if (st->b[i].state)
             continue;
-        int v = victim(st);
+        int v = victim(st, layer);
         if (v < 0)
             break;
         if (load(st, v, layer, ids[i], err))
@@ -609,7 +620,7 @@ int ms_expert_batch_next(ms_expert_store *st, ms_expert_lease *out, ms_err *err)
                     return 1;
                 }
             } else if (b->state == 0) {
-                int v = victim(st);
+                int v = victim(st, st->b_layer);
                 if (v >= 0) {
                     if (load(st, v, st->b_layer, b->expert, err))
                         return -1;
@@ -673,7 +684,8 @@ void ms_expert_prefetch(ms_expert_store *st, int layer, const int32_t *ids, int 
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= st->n_experts || *slot_ref(st, layer, ids[i]) >= 0)
             continue;
-        int v = victim(st);
+        /* seen from the layer before: `layer` is the next one to run */
+        int v = victim(st, (layer + st->n_layers - 1) % st->n_layers);
         if (v < 0 || load(st, v, layer, ids[i], NULL))
             return;
         st->slots[v].prefetched = 1;

@@ -53,6 +53,7 @@ typedef enum ms_expert_policy {
 typedef struct ms_expert_opts {
     ms_expert_policy policy;
     uint64_t budget;        /* cache: bytes for expert slots (>= one expert) */
+    int slots;              /* cache: > 0 sizes the cache in experts instead of bytes */
     int io_threads;         /* cache: 0 = io_uring; > 0 = pread pool of that size */
     int io_depth;           /* cache: io_uring entries (default 64) */
     int buffered;           /* cache: 1 = never try O_DIRECT */

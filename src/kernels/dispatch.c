@@ -1,0 +1,159 @@
+/* Chooses the op table once for this CPU and drives it over threads; also
+ * the exact one-element decode and the byte count of a weight view.
+ *
+ * Threads split rows and tiles split tokens; neither changes a result,
+ * because the op tables compute each (token, row) independently (see the
+ * determinism contract in kernels.h). Small products stay on the calling
+ * thread: an OpenMP fork costs microseconds, more than such a product. */
+#include <omp.h>
+#include <pthread.h>
+
+#include "kernels/internal.h"
+#include "moestream.h"
+
+/* Below this many multiply-adds a product runs on one thread (~10 us). */
+#define PAR_MIN_MACS (1 << 18)
+/* A row chunk (one unit of thread work) reads at least this many bytes... */
+#define CHUNK_MIN_BYTES (64 << 10)
+/* ...and at most this many when its weights are re-read per token tile. */
+#define CHUNK_L2_BYTES (512 << 10)
+/* A token tile's activations stay under this many bytes (L2-resident while
+ * a chunk's rows stream past). */
+#define TILE_X_BYTES (256 << 10)
+
+static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
+static const ms_kernel_ops *chosen; /* written once, under choose_once */
+
+static void choose(void)
+{
+    chosen = ms_kernels_avx512();
+    if (!chosen)
+        chosen = ms_kernels_avx2();
+    if (!chosen)
+        chosen = ms_kernels_scalar();
+}
+
+const ms_kernel_ops *ms_kernels(void)
+{
+    pthread_once(&choose_once, choose);
+    return chosen;
+}
+
+const char *ms_kernel_path(void)
+{
+    return ms_kernels()->name;
+}
+
+/* Bytes of one row of weights, scales excluded. */
+static int64_t row_bytes(const ms_mat *w)
+{
+    switch (w->fmt) {
+    case MS_WFMT_F32:
+        return 4 * w->cols;
+    case MS_WFMT_BF16:
+    case MS_WFMT_F16:
+        return 2 * w->cols;
+    case MS_WFMT_FP8_BLOCK:
+        return w->cols;
+    default:
+        return w->cols / 2;
+    }
+}
+
+int64_t ms_mat_bytes(const ms_mat *w)
+{
+    int64_t bytes = w->rows * row_bytes(w);
+    if (w->fmt == MS_WFMT_FP8_BLOCK)
+        bytes += ms_ceil_div(w->rows, w->block_rows) * ms_ceil_div(w->cols, w->block_cols) *
+                 ms_dtype_size(w->scale_dtype);
+    else if (w->fmt == MS_WFMT_MXFP4)
+        bytes += w->rows * (w->cols / 32);
+    return bytes;
+}
+
+/* For FP8 with an F32 scale the product is rounded to float once; with BF16
+ * or F16 scales (at most 11 significant bits, times 4) it is exact. */
+float ms_mat_get(const ms_mat *w, int64_t r, int64_t c)
+{
+    int64_t i = r * w->cols + c;
+    switch (w->fmt) {
+    case MS_WFMT_F32:
+        return ms_load_f32(w->w, i);
+    case MS_WFMT_BF16:
+        return ms_bf16_to_f32(ms_load_u16(w->w, i));
+    case MS_WFMT_F16:
+        return ms_f16_to_f32(ms_load_u16(w->w, i));
+    case MS_WFMT_FP8_BLOCK:
+        return ms_e4m3_to_f32(((const uint8_t *)w->w)[i]) *
+               ms_fp8_scale(w, r, c / w->block_cols, ms_f16_to_f32);
+    default: {
+        uint8_t b = ((const uint8_t *)w->w)[i / 2];
+        float v = ms_e2m1_to_f32((uint8_t)(c & 1 ? b >> 4 : b & 0xF));
+        return v * ms_e8m0_to_f32(ms_mx_scale_byte(w, r, c / 32));
+    }
+    }
+}
+
+/* Tokens per tile: whole groups of 4 whose activations fit TILE_X_BYTES. */
+static int64_t token_tile(const ms_mat *w)
+{
+    int64_t tile = TILE_X_BYTES / (4 * (w->cols > 0 ? w->cols : 1));
+    return tile < 4 ? 4 : tile - tile % 4;
+}
+
+/* Rows [r0, r1) for all n tokens, one token tile at a time. */
+static void run_rows(const ms_kernel_ops *ops, const ms_mat *w, const float *X, int n,
+                     float *Y, int64_t r0, int64_t r1)
+{
+    int64_t tile = token_tile(w);
+    for (int64_t t0 = 0; t0 < n; t0 += tile) {
+        int nt = (int)(n - t0 < tile ? n - t0 : tile);
+        ops->rows[w->fmt](w, X + t0 * w->cols, nt, w->cols, Y + t0 * w->rows, w->rows, r0,
+                          r1);
+    }
+}
+
+/* Rows per unit of work. With more tokens than one tile, a chunk's weights
+ * are read once per tile, so they must stay in L2 between tiles; otherwise
+ * ~8 chunks per thread balance the load, each big enough to amortise. */
+static int64_t chunk_rows(const ms_mat *w, int n, int threads)
+{
+    int64_t rb = row_bytes(w) > 0 ? row_bytes(w) : 1;
+    if (n > token_tile(w))
+        return ms_ceil_div(CHUNK_L2_BYTES, rb);
+    int64_t chunk = ms_ceil_div(w->rows, 8 * (int64_t)threads);
+    int64_t min_rows = ms_ceil_div(CHUNK_MIN_BYTES, rb);
+    return chunk < min_rows ? min_rows : chunk;
+}
+
+void ms_matmul_ops(const ms_kernel_ops *ops, const ms_mat *w, const float *X, int n,
+                   float *Y)
+{
+    int64_t rows = w->rows;
+    if (rows <= 0 || n <= 0)
+        return;
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (rows * w->cols * n < PAR_MIN_MACS)
+        threads = 1;
+    int64_t chunk = chunk_rows(w, n, threads), n_chunks = ms_ceil_div(rows, chunk);
+    if (threads <= 1 || n_chunks < 2) {
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk)
+            run_rows(ops, w, X, n, Y, r0, r0 + chunk < rows ? r0 + chunk : rows);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t i = 0; i < n_chunks; i++) {
+        int64_t r0 = i * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+        run_rows(ops, w, X, n, Y, r0, r1);
+    }
+}
+
+void ms_matmul(const ms_mat *w, const float *X, int n, float *Y)
+{
+    ms_matmul_ops(ms_kernels(), w, X, n, Y);
+}
+
+void ms_matvec(const ms_mat *w, const float *x, float *y)
+{
+    ms_matmul_ops(ms_kernels(), w, x, 1, y);
+}

@@ -1,0 +1,96 @@
+/* Helpers shared by the op tables (ref.c, x86_*.c) and the dispatcher:
+ * element loads that tolerate any alignment, and the exact scale of a block.
+ *
+ * Everything here is static inline so that each ISA file gets its own copy
+ * compiled with its own flags; nothing here is SIMD. Views come from
+ * safetensors offsets, which need not be aligned, hence memcpy loads. */
+#ifndef MS_KERNELS_INTERNAL_H
+#define MS_KERNELS_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+static inline int64_t ms_ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static inline uint16_t ms_load_u16(const void *p, int64_t i)
+{
+    uint16_t v;
+    memcpy(&v, (const uint8_t *)p + 2 * i, 2);
+    return v;
+}
+
+static inline float ms_load_f32(const void *p, int64_t i)
+{
+    float v;
+    memcpy(&v, (const uint8_t *)p + 4 * i, 4);
+    return v;
+}
+
+static inline float ms_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* E8M0 scale byte s -> the bits of 2^(s-127), equal to ms_e8m0_to_f32(s):
+ * s is the float's exponent field, except that s == 0 is the subnormal
+ * 2^-127 and s == 255 is NaN. A table, because it is read once per 32
+ * weights: computing it there cost as much as the group it scales. */
+#define MS_E8M0_1(s) ((s) == 0 ? 0x00400000u : (s) == 255 ? 0x7FC00000u : (uint32_t)(s) << 23)
+#define MS_E8M0_4(s) MS_E8M0_1(s), MS_E8M0_1(s + 1), MS_E8M0_1(s + 2), MS_E8M0_1(s + 3)
+#define MS_E8M0_16(s) MS_E8M0_4(s), MS_E8M0_4(s + 4), MS_E8M0_4(s + 8), MS_E8M0_4(s + 12)
+#define MS_E8M0_64(s) MS_E8M0_16(s), MS_E8M0_16(s + 16), MS_E8M0_16(s + 32), MS_E8M0_16(s + 48)
+
+static inline uint32_t ms_e8m0_bits(uint8_t s)
+{
+    static const uint32_t bits[256] = {MS_E8M0_64(0), MS_E8M0_64(64), MS_E8M0_64(128),
+                                       MS_E8M0_64(192)};
+    return bits[s];
+}
+
+static inline float ms_e8m0_fast(uint8_t s)
+{
+    return ms_bits_f32(ms_e8m0_bits(s));
+}
+
+/* FP8_BLOCK: index of the first scale of row r's block row; block bc of the
+ * row has its scale at that index + bc. */
+static inline int64_t ms_fp8_scale_row(const ms_mat *w, int64_t r)
+{
+    return (r / w->block_rows) * ms_ceil_div(w->cols, w->block_cols);
+}
+
+/* FP8_BLOCK scale entry i widened exactly to float. f16 is the half decoder
+ * to use (the scalar one, or F16C in the SIMD files). */
+static inline float ms_fp8_scale_at(const ms_mat *w, int64_t i, float (*f16)(uint16_t))
+{
+    switch (w->scale_dtype) {
+    case MS_DTYPE_BF16:
+        return ms_bf16_to_f32(ms_load_u16(w->scale, i));
+    case MS_DTYPE_F16:
+        return f16(ms_load_u16(w->scale, i));
+    default:
+        return ms_load_f32(w->scale, i);
+    }
+}
+
+/* FP8_BLOCK scale of (row r, column block bc). */
+static inline float ms_fp8_scale(const ms_mat *w, int64_t r, int64_t bc,
+                                 float (*f16)(uint16_t))
+{
+    return ms_fp8_scale_at(w, ms_fp8_scale_row(w, r) + bc, f16);
+}
+
+/* MXFP4: the e8m0 scale byte of (row r, group g). */
+static inline uint8_t ms_mx_scale_byte(const ms_mat *w, int64_t r, int64_t g)
+{
+    return ((const uint8_t *)w->scale)[r * (w->cols / 32) + g];
+}
+
+#endif

@@ -1,0 +1,390 @@
+/* The AVX-512 op table (F, BW, VL, DQ). Compiled with its own -m flags; the
+ * dispatcher only calls into it once ms_kernels_avx512() said the CPU can.
+ *
+ * Accumulation scheme, the same for every (token, row) so that batching,
+ * row ranges and thread counts never change a bit:
+ *  - columns go in chunks of 32: lanes 0-15 FMA into acc0, 16-31 into acc1;
+ *    a ragged last chunk is loaded masked, i.e. zero-filled;
+ *  - FP8_BLOCK sums each scale block into partials p0/p1 (zeroed per
+ *    block), then acc = fma(p, scale, acc);
+ *  - MXFP4 multiplies its 16-entry value table by the group's power-of-two
+ *    scale (exact), so the decoded weights come scaled;
+ *  - the row result is hsum(acc0 + acc1) in a fixed tree.
+ * Up to 4 tokens share each decoded chunk, each in its own registers; for
+ * a batch, columns go in panels whose accumulators wait in memory between
+ * panels. Neither changes the operations a (token, row) sees, so it gets
+ * the same bits alone or in a batch.
+ *
+ * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
+ * 2^-8 (subnormals included), widened by vcvtph2ps, NaN codes patched to a
+ * half NaN, and the 2^8 folded into the block scale (exact for scales below
+ * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpermps of the 16 E2M1 values, the table pre-multiplied by
+ * the group's power-of-two scale (exact; 6 * 2^127 overflows to inf exactly
+ * as in ms_mat_get). */
+#include <immintrin.h>
+
+#include "kernels/internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+enum {
+    CHUNK = 32,               /* columns per step: two zmm */
+    MAX_NT = 4,               /* tokens sharing a decoded chunk */
+    PREFETCH = 2048,          /* bytes ahead in a row's weights */
+    PANEL_X_BYTES = 16 << 10, /* x of one token group per column panel */
+    ROW_BLOCK = 32,           /* rows sharing a pass over the token groups */
+};
+
+/* 32 decoded weights: columns c..c+15 and c+16..c+31. */
+typedef struct w32 {
+    __m512 lo, hi;
+} w32;
+
+static float f16c_to_f32(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* Bytes from a row's start to column c (c even for MXFP4). */
+AI int64_t col_bytes(ms_wfmt f, int64_t c)
+{
+    switch (f) {
+    case MS_WFMT_F32:
+        return 4 * c;
+    case MS_WFMT_BF16:
+    case MS_WFMT_F16:
+        return 2 * c;
+    case MS_WFMT_FP8_BLOCK:
+        return c;
+    default:
+        return c / 2;
+    }
+}
+
+AI __m512 bf16x16(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 32 e4m3 bytes -> 32 halves equal to value * 2^-8: the sign-extended
+ * byte masked to sign (bit 8) and eeeemmm (bits 6..0), shifted left by 7,
+ * is s.0eeee.mmm0000000. The shift is merge-masked so that the NaN codes
+ * (eeeemmm all ones) take a half NaN instead, at no extra instruction. */
+AI w32 fp8x32(__m256i raw)
+{
+    const __m256i low7 = _mm256_set1_epi8(0x7F);
+    __mmask32 num = _mm256_cmpneq_epi8_mask(_mm256_and_si256(raw, low7), low7);
+    __m512i a = _mm512_and_si512(_mm512_cvtepi8_epi16(raw), _mm512_set1_epi16(0x017F));
+    __m512i h = _mm512_mask_slli_epi16(_mm512_set1_epi16(0x7E00), num, a, 7);
+    w32 w = {_mm512_cvtph_ps(_mm512_castsi512_si256(h)),
+             _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1))};
+    return w;
+}
+
+/* 16 bytes of MXFP4 codes at p -> 32 values times s, in column order.
+ * Shuffles are the bottleneck (one port), so: the bytes are broadcast to
+ * all four lanes by the load; vpshufb gives dword i the byte of column i;
+ * a per-lane shift by 0 or 4 brings its nibble down; vpermps then looks the
+ * code up in the scaled table, reading only the low 4 bits of each index. */
+AI w32 mxfp4x32(const uint8_t *p, __m512 s)
+{
+    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    /* dword i of lane L takes byte 2L + i/2 (lo half) or 8 + 2L + i/2 (hi) */
+    const __m512i pick_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pick_hi = _mm512_add_epi32(pick_lo, _mm512_set1_epi32(8));
+    const __m512i odd = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    __m512 ts = _mm512_mul_ps(tab, s);
+    __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+    __m512i i0 = _mm512_srlv_epi32(_mm512_shuffle_epi8(b, pick_lo), odd);
+    __m512i i1 = _mm512_srlv_epi32(_mm512_shuffle_epi8(b, pick_hi), odd);
+    w32 w = {_mm512_permutexvar_ps(i0, ts), _mm512_permutexvar_ps(i1, ts)};
+    return w;
+}
+
+/* Decodes the full chunk at p; s is the MXFP4 group scale. */
+AI w32 decode(ms_wfmt f, const uint8_t *p, __m512 s)
+{
+    w32 w;
+    switch (f) {
+    case MS_WFMT_F32:
+        w.lo = _mm512_loadu_ps(p);
+        w.hi = _mm512_loadu_ps(p + 64);
+        return w;
+    case MS_WFMT_BF16:
+        w.lo = bf16x16(_mm256_loadu_si256((const __m256i *)p));
+        w.hi = bf16x16(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        return w;
+    case MS_WFMT_F16:
+        w.lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        w.hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        return w;
+    case MS_WFMT_FP8_BLOCK:
+        return fp8x32(_mm256_loadu_si256((const __m256i *)p));
+    default:
+        return mxfp4x32(p, s);
+    }
+}
+
+/* Decodes the first k (1..31) columns of the chunk at p with masked loads:
+ * the other lanes read as zero and never touch memory. */
+AI w32 decode_part(ms_wfmt f, const uint8_t *p, int k, __m512 s)
+{
+    __mmask32 m = (__mmask32)((1ull << k) - 1);
+    __mmask16 m0 = (__mmask16)m, m1 = (__mmask16)(m >> 16);
+    w32 w;
+    switch (f) {
+    case MS_WFMT_F32:
+        w.lo = _mm512_maskz_loadu_ps(m0, p);
+        w.hi = _mm512_maskz_loadu_ps(m1, p + 64);
+        return w;
+    case MS_WFMT_BF16:
+        w.lo = bf16x16(_mm256_maskz_loadu_epi16(m0, p));
+        w.hi = bf16x16(_mm256_maskz_loadu_epi16(m1, p + 32));
+        return w;
+    case MS_WFMT_F16:
+        w.lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, p));
+        w.hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, p + 32));
+        return w;
+    case MS_WFMT_FP8_BLOCK:
+        return fp8x32(_mm256_maskz_loadu_epi8(m, p));
+    default: {
+        /* Unreachable while cols % 32 == 0; byte j holds columns 2j, 2j+1. */
+        uint8_t buf[16] = {0};
+        memcpy(buf, p, (size_t)(k + 1) / 2);
+        return mxfp4x32(buf, s);
+    }
+    }
+}
+
+/* Adds columns [c0, c1) of a row to a0/a1 for nt tokens (MXFP4: times its
+ * group scale s). */
+AI void span(ms_wfmt f, int nt, const uint8_t *row, const float *const *x, int64_t c0,
+             int64_t c1, __m512 s, __m512 *a0, __m512 *a1)
+{
+    int64_t c = c0;
+    for (; c + CHUNK <= c1; c += CHUNK) {
+        /* The hardware prefetcher alone leaves single-thread bandwidth
+         * on the table; 2 KiB ahead measured best. */
+        _mm_prefetch((const char *)row + col_bytes(f, c) + PREFETCH, _MM_HINT_T0);
+        w32 w = decode(f, row + col_bytes(f, c), s);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm512_fmadd_ps(w.lo, _mm512_loadu_ps(x[t] + c), a0[t]);
+            a1[t] = _mm512_fmadd_ps(w.hi, _mm512_loadu_ps(x[t] + c + 16), a1[t]);
+        }
+    }
+    if (c < c1) {
+        int k = (int)(c1 - c);
+        __mmask32 m = (__mmask32)((1ull << k) - 1);
+        w32 w = decode_part(f, row + col_bytes(f, c), k, s);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m512 x0 = _mm512_maskz_loadu_ps((__mmask16)m, x[t] + c);
+            __m512 x1 = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), x[t] + c + 16);
+            a0[t] = _mm512_fmadd_ps(w.lo, x0, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w.hi, x1, a1[t]);
+        }
+    }
+}
+
+AI float hsum(__m512 v)
+{
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* FP8_BLOCK, columns [c0, c1) (c0 on a block boundary): each block summed
+ * into partials, then folded in with its scale times 2^8 (undoing the
+ * decode's 2^-8). */
+AI void fp8_blocks(int nt, const ms_mat *w, int64_t r, const uint8_t *row,
+                   const float *const *x, int64_t c0, int64_t c1, __m512 *a0, __m512 *a1)
+{
+    int64_t bc = w->block_cols, s0 = ms_fp8_scale_row(w, r);
+    for (int64_t c = c0; c < c1; c += bc) {
+        __m512 p0[MAX_NT], p1[MAX_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            p0[t] = p1[t] = _mm512_setzero_ps();
+        span(MS_WFMT_FP8_BLOCK, nt, row, x, c, c + bc < c1 ? c + bc : c1, _mm512_setzero_ps(),
+             p0, p1);
+        __m512 s = _mm512_set1_ps(ms_fp8_scale_at(w, s0 + c / bc, f16c_to_f32) * 256.0f);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm512_fmadd_ps(p0[t], s, a0[t]);
+            a1[t] = _mm512_fmadd_ps(p1[t], s, a1[t]);
+        }
+    }
+}
+
+/* MXFP4, columns [c0, c1): each group of 32 is one chunk, decoded already
+ * scaled; the scale is broadcast straight from the e8m0 table (a load, no
+ * shuffle). */
+AI void mxfp4_groups(int nt, const ms_mat *w, int64_t r, const uint8_t *row,
+                     const float *const *x, int64_t c0, int64_t c1, __m512 *a0, __m512 *a1)
+{
+    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
+    for (int64_t c = c0; c < c1; c += 32, sb++) {
+        __m512 s = _mm512_castsi512_ps(_mm512_set1_epi32((int)ms_e8m0_bits(*sb)));
+        span(MS_WFMT_MXFP4, nt, row, x, c, c + 32, s, a0, a1);
+    }
+}
+
+/* The accumulators of one (token, row), kept in memory between panels;
+ * storing and reloading them changes no bit. */
+typedef struct acc2 {
+    __m512 a0, a1;
+} acc2;
+
+/* Adds columns [c0, c1) of row r to st[0..nt) (c0 on a chunk, block or
+ * group boundary), in the order a whole-row pass would. */
+AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
+                  int64_t c0, int64_t c1, acc2 *st)
+{
+    const uint8_t *row = (const uint8_t *)w->w + col_bytes(f, w->cols) * r;
+    __m512 a0[MAX_NT], a1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        a0[t] = st[t].a0;
+        a1[t] = st[t].a1;
+    }
+    if (f == MS_WFMT_FP8_BLOCK)
+        fp8_blocks(nt, w, r, row, x, c0, c1, a0, a1);
+    else if (f == MS_WFMT_MXFP4)
+        mxfp4_groups(nt, w, r, row, x, c0, c1, a0, a1);
+    else
+        span(f, nt, row, x, c0, c1, _mm512_setzero_ps(), a0, a1);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        st[t].a0 = a0[t];
+        st[t].a1 = a1[t];
+    }
+}
+
+AI void row_panel_n(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
+                    int64_t c0, int64_t c1, acc2 *st)
+{
+    switch (nt) {
+    case 1: row_panel(f, 1, w, r, x, c0, c1, st); break;
+    case 2: row_panel(f, 2, w, r, x, c0, c1, st); break;
+    case 3: row_panel(f, 3, w, r, x, c0, c1, st); break;
+    default: row_panel(f, 4, w, r, x, c0, c1, st); break;
+    }
+}
+
+/* Columns per panel: whole rows for one token (x stays in L1 anyway and
+ * the weight stream stays sequential); for a batch, panels whose x for 4
+ * tokens fits L1, since streaming x from L2 for every row was the
+ * bottleneck. A multiple of the format's block so no block straddles. */
+AI int64_t panel_cols(ms_wfmt f, const ms_mat *w, int n)
+{
+    int64_t unit = f == MS_WFMT_FP8_BLOCK ? w->block_cols : CHUNK;
+    int64_t p = n == 1 ? w->cols : ms_ceil_div(PANEL_X_BYTES / (4 * MAX_NT), unit) * unit;
+    return p < w->cols ? p : w->cols;
+}
+
+/* Rows in blocks whose weights stay in L2 across token groups; within a
+ * block, tokens in groups of up to 4 sharing each decoded chunk; columns
+ * in panels. Every (token, row) still sees its chunks in column order. */
+AI void rows_generic(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t ldx,
+                     float *Y, int64_t ldy, int64_t r0, int64_t r1)
+{
+    int64_t panel = panel_cols(f, w, n);
+    for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
+        int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
+        for (int t0 = 0; t0 < n; t0 += MAX_NT) {
+            int nt = n - t0 < MAX_NT ? n - t0 : MAX_NT;
+            const float *x[MAX_NT];
+            acc2 st[ROW_BLOCK][MAX_NT];
+            for (int t = 0; t < nt; t++)
+                x[t] = X + (t0 + t) * ldx;
+            for (int64_t r = rb; r < re; r++)
+                for (int t = 0; t < nt; t++)
+                    st[r - rb][t].a0 = st[r - rb][t].a1 = _mm512_setzero_ps();
+            for (int64_t c0 = 0; c0 < w->cols; c0 += panel)
+                for (int64_t r = rb; r < re; r++)
+                    row_panel_n(f, nt, w, r, x, c0, c0 + panel < w->cols ? c0 + panel : w->cols,
+                                st[r - rb]);
+            for (int64_t r = rb; r < re; r++)
+                for (int t = 0; t < nt; t++)
+                    Y[(t0 + t) * ldy + r] = hsum(_mm512_add_ps(st[r - rb][t].a0,
+                                                               st[r - rb][t].a1));
+        }
+    }
+}
+
+#define MS_AVX512_ROWS(name, fmt)                                                      \
+    static void rows_##name(const ms_mat *w, const float *X, int n, int64_t ldx,       \
+                            float *Y, int64_t ldy, int64_t r0, int64_t r1)             \
+    {                                                                                  \
+        rows_generic(fmt, w, X, n, ldx, Y, ldy, r0, r1);                               \
+    }
+MS_AVX512_ROWS(f32, MS_WFMT_F32)
+MS_AVX512_ROWS(bf16, MS_WFMT_BF16)
+MS_AVX512_ROWS(f16, MS_WFMT_F16)
+MS_AVX512_ROWS(fp8, MS_WFMT_FP8_BLOCK)
+MS_AVX512_ROWS(mxfp4, MS_WFMT_MXFP4)
+#undef MS_AVX512_ROWS
+
+/* Same scheme as a row: two accumulators over chunks of 32, masked tail. */
+static float dot_avx512(const float *a, const float *b, int64_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), a1);
+    }
+    if (i < n) {
+        __mmask32 m = (__mmask32)((1ull << (n - i)) - 1);
+        __mmask16 m0 = (__mmask16)m, m1 = (__mmask16)(m >> 16);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, a + i), _mm512_maskz_loadu_ps(m0, b + i),
+                             a0);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, a + i + 16),
+                             _mm512_maskz_loadu_ps(m1, b + i + 16), a1);
+    }
+    return hsum(_mm512_add_ps(a0, a1));
+}
+
+/* y += a*x with one FMA per element, so every element rounds once. */
+static void axpy_avx512(float a, const float *x, float *y, int64_t n)
+{
+    __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i),
+                                                _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i),
+                                   _mm512_maskz_loadu_ps(m, y + i));
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
+static const ms_kernel_ops avx512_ops = {
+    .name = "avx512",
+    .rows = {
+        [MS_WFMT_F32] = rows_f32,
+        [MS_WFMT_BF16] = rows_bf16,
+        [MS_WFMT_F16] = rows_f16,
+        [MS_WFMT_FP8_BLOCK] = rows_fp8,
+        [MS_WFMT_MXFP4] = rows_mxfp4,
+    },
+    .dot = dot_avx512,
+    .axpy = axpy_avx512,
+};
+
+const ms_kernel_ops *ms_kernels_avx512(void)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
+        !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c"))
+        return NULL;
+    return &avx512_ops;
+}

@@ -1,0 +1,260 @@
+/* The expert store on the upstream gpt_oss fixture: the cache hands out
+ * exactly the checkpoint's bytes under eviction with every backend; read
+ * faults (injected through the I/O vtable, or a shard truncated after open)
+ * are errors naming shard, tensor and offset, never weights. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "models/family.h"
+#include "test.h"
+#include "weights/experts.h"
+
+static char fixture[1024];
+
+typedef struct loaded {
+    ms_checkpoint *ck;
+    ms_model *m;
+} loaded;
+
+static int load(const char *dir, loaded *l)
+{
+    ms_err err = {0};
+    ms_binder b;
+    const ms_family *fam;
+    memset(l, 0, sizeof *l);
+    if (ms_ckpt_open(dir, &l->ck, &err) || !(fam = ms_family_find(l->ck, &err)) ||
+        ms_binder_init(&b, l->ck, 1, &err)) {
+        printf("     cannot open %s: %s\n", dir, err.msg);
+        return -1;
+    }
+    ms_model_opts mo = {.max_batch = 1, .check_only = 1};
+    int rc = fam->open(l->ck, &b, &mo, &l->m, &err);
+    ms_binder_free(&b);
+    if (rc)
+        printf("     cannot bind %s: %s\n", dir, err.msg);
+    return rc;
+}
+
+static void unload(loaded *l)
+{
+    if (l->m)
+        l->m->family->close(l->m);
+    ms_ckpt_close(l->ck);
+}
+
+/* The bytes of each view of a lease equal those of the mapping's views. */
+static int same_bytes(const ms_mat *a, const ms_mat *b, int n_mats)
+{
+    for (int k = 0; k < n_mats; k++) {
+        size_t wb = (size_t)(a[k].rows * a[k].cols / 2), sb = (size_t)(a[k].rows * a[k].cols / 32);
+        if (memcmp(a[k].w, b[k].w, wb) || memcmp(a[k].scale, b[k].scale, sb))
+            return 0;
+    }
+    return 1;
+}
+
+static void check_cache_bytes(int io_threads)
+{
+    loaded l, ref;
+    if (load(fixture, &l) || load(fixture, &ref)) {
+        CHECK(0, "fixture not loadable");
+        return;
+    }
+    ms_err err = {0};
+    ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 2, .io_threads = io_threads};
+    CHECK(ms_expert_store_start(l.m->experts, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    if (t_case_failed)
+        goto out;
+    int checked = 0;
+    for (int round = 0; round < 3; round++)
+        for (int layer = 0; layer < l.m->n_layers; layer++) {
+            int32_t ids[4] = {(layer + round) % 12, (layer * 5 + 3) % 12, 11 - layer, round};
+            int n = ids[3] == ids[0] || ids[3] == ids[1] || ids[3] == ids[2] ? 3 : 4;
+            if (ids[2] == ids[0] || ids[2] == ids[1])
+                ids[2] = (ids[2] + 6) % 12, n = 3;
+            if (ids[1] == ids[0])
+                ids[1] = (ids[1] + 1) % 12;
+            CHECK(ms_expert_batch_begin(l.m->experts, layer, ids, n, &err) == 0, "%s", err.msg);
+            ms_expert_lease a, b;
+            int rc;
+            while ((rc = ms_expert_batch_next(l.m->experts, &a, &err)) == 1) {
+                CHECK(ms_expert_get(ref.m->experts, layer, a.expert, &b, &err) == 0, "ref get");
+                CHECK(same_bytes(a.mat, b.mat, 2), "layer %d expert %d: bytes differ", layer,
+                      a.expert);
+                ms_expert_put(ref.m->experts, &b);
+                ms_expert_put(l.m->experts, &a);
+                checked++;
+            }
+            CHECK(rc == 0, "batch: %s", err.msg);
+        }
+    ms_expert_stats st;
+    ms_expert_store_stats(l.m->experts, &st);
+    CHECK(checked >= 45 && st.bytes_read > 0, "checked %d experts, read %lld bytes", checked,
+          (long long)st.bytes_read);
+out:
+    unload(&l);
+    unload(&ref);
+}
+
+static void test_cache_bytes_uring(void) { check_cache_bytes(0); }
+static void test_cache_bytes_threads(void) { check_cache_bytes(3); }
+
+/* A shard whose reads fail (or come back short) from some offset on. */
+static void check_fault(int64_t res, int at_half, const char *want)
+{
+    loaded l;
+    if (load(fixture, &l)) {
+        CHECK(0, "fixture not loadable");
+        return;
+    }
+    ms_err err = {0};
+    ms_io *inner, *faulty;
+    /* the last shard holds the last layers' experts */
+    int f = l.ck->n_files - 1;
+    CHECK(ms_io_open_threads(2, &inner, &err) == 0, "io: %s", err.msg);
+    uint64_t from = at_half ? l.ck->files[f].size / 2 : 0;
+    CHECK(ms_io_open_faulty(inner, l.ck->files[f].fd, from, res, &faulty, &err) == 0, "faulty");
+    ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 3, .io = faulty, .buffered = 1};
+    CHECK(ms_expert_store_start(l.m->experts, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    int failed = 0;
+    for (int layer = 0; layer < l.m->n_layers && !t_case_failed; layer++) {
+        int32_t ids[2] = {1, 7};
+        ms_expert_lease a;
+        if (ms_expert_batch_begin(l.m->experts, layer, ids, 2, &err))
+            break;
+        int rc;
+        while ((rc = ms_expert_batch_next(l.m->experts, &a, &err)) == 1)
+            ms_expert_put(l.m->experts, &a);
+        if (rc < 0) {
+            failed++;
+            CHECK_STR_CONTAINS(err.msg, l.ck->files[f].path);
+            CHECK_STR_CONTAINS(err.msg, "mlp.experts.");
+            CHECK_STR_CONTAINS(err.msg, "at file offset");
+            CHECK_STR_CONTAINS(err.msg, want);
+        }
+    }
+    CHECK(failed > 0, "no read failed");
+    unload(&l);
+}
+
+static void test_fault_eio(void) { check_fault(-EIO, 0, "Input/output error"); }
+static void test_fault_short(void) { check_fault(0, 1, "truncated shard"); }
+
+/* A shard truncated while the engine runs. */
+static void test_truncated_shard(void)
+{
+    char dir[1024], cmd[4096];
+    snprintf(dir, sizeof dir, "%.900s/trunc-%d", getenv("MS_TMP") ? getenv("MS_TMP") : "/tmp",
+             (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s' && cp -r '%.1000s' '%.1000s' && chmod -R u+w '%.1000s'", dir,
+             fixture, dir, dir);
+    CHECK(system(cmd) == 0, "copy failed");
+    loaded l;
+    if (t_case_failed || load(dir, &l)) {
+        CHECK(0, "copy not loadable");
+        return;
+    }
+    ms_err err = {0};
+    ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 2};
+    CHECK(ms_expert_store_start(l.m->experts, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    int f = l.ck->n_files - 1;
+    CHECK(truncate(l.ck->files[f].path, (off_t)(l.ck->files[f].size / 3)) == 0, "truncate");
+    int failed = 0;
+    for (int layer = l.m->n_layers - 1; layer >= 0 && !failed; layer--) {
+        ms_expert_lease a;
+        if (ms_expert_get(l.m->experts, layer, 11, &a, &err) == 0)
+            ms_expert_put(l.m->experts, &a);
+        else
+            failed = 1;
+    }
+    CHECK(failed, "reading a truncated shard succeeded");
+    CHECK_STR_CONTAINS(err.msg, l.ck->files[f].path);
+    CHECK_STR_CONTAINS(err.msg, "truncated shard");
+    unload(&l);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+/* Page-cache policy: a shard truncated under the mapping raises SIGBUS on
+ * touch; the fault handler names the shard and exits cleanly. */
+static void test_truncated_shard_mapped(void)
+{
+    char dir[1024], cmd[4096];
+    snprintf(dir, sizeof dir, "%.900s/truncmap-%d", getenv("MS_TMP") ? getenv("MS_TMP") : "/tmp",
+             (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s' && cp -r '%.1000s' '%.1000s' && chmod -R u+w '%.1000s'",
+             dir, fixture, dir, dir);
+    CHECK(system(cmd) == 0, "copy failed");
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        ms_install_fault_handler();
+        loaded l;
+        if (load(dir, &l))
+            _exit(3);
+        int f = l.ck->n_files - 1;
+        if (truncate(l.ck->files[f].path, 4096))
+            _exit(4);
+        volatile uint8_t sum = 0;
+        for (uint64_t i = 0; i < l.ck->files[f].size; i += 4096)
+            sum += l.ck->files[f].map[i];
+        _exit(sum == 255 ? 5 : 6); /* not reached: the touch past 4096 faults */
+    }
+    close(fds[1]);
+    char out[2048] = "";
+    ssize_t n = read(fds[0], out, sizeof out - 1);
+    out[n > 0 ? n : 0] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "child status %d", status);
+    CHECK_STR_CONTAINS(out, "truncated or became unreadable");
+    CHECK_STR_CONTAINS(out, "model-00002-of-00002.safetensors: file offset");
+    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+/* Prefetch never takes a slot someone holds. */
+static void test_prefetch_respects_leases(void)
+{
+    loaded l, ref;
+    if (load(fixture, &l) || load(fixture, &ref)) {
+        CHECK(0, "fixture not loadable");
+        return;
+    }
+    ms_err err = {0};
+    ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 2};
+    CHECK(ms_expert_store_start(l.m->experts, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    ms_expert_lease a, b;
+    CHECK(ms_expert_get(l.m->experts, 0, 5, &a, &err) == 0, "get: %s", err.msg);
+    int32_t ids[4] = {1, 2, 3, 4};
+    for (int layer = 1; layer < 5; layer++)
+        ms_expert_prefetch(l.m->experts, layer, ids, 4);
+    CHECK(ms_expert_get(ref.m->experts, 0, 5, &b, &err) == 0, "ref");
+    CHECK(same_bytes(a.mat, b.mat, 2), "held expert overwritten by prefetch");
+    ms_expert_put(l.m->experts, &a);
+    ms_expert_put(ref.m->experts, &b);
+    unload(&l);
+    unload(&ref);
+}
+
+int main(void)
+{
+    snprintf(fixture, sizeof fixture, "%s/gpt_oss", t_fixtures_dir());
+    if (access(fixture, R_OK)) {
+        printf("FAIL fixture_present: %s not found (set MOESTREAM_FIXTURES)\n", fixture);
+        return 1;
+    }
+    TEST_CASE(test_cache_bytes_uring);
+    TEST_CASE(test_cache_bytes_threads);
+    TEST_CASE(test_fault_eio);
+    TEST_CASE(test_fault_short);
+    TEST_CASE(test_truncated_shard);
+    TEST_CASE(test_truncated_shard_mapped);
+    TEST_CASE(test_prefetch_respects_leases);
+    return t_finish();
+}
