@@ -19,20 +19,11 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "models/attention.h"
 #include "models/family.h"
-#include "models/moe.h"
+#include "models/decoder.h"
 #include "models/ops.h"
 
 #define GPT_OSS_SWIGLU_ALPHA 1.702f
-
-typedef struct gpt_oss_layer {
-    const float *attn_norm, *mlp_norm;  /* [d] */
-    ms_gqa attn;
-    ms_mat router;                      /* [n_experts][d] */
-    const float *router_bias;           /* [n_experts] */
-    ms_moe moe;
-} gpt_oss_layer;
 
 typedef struct gpt_oss {
     ms_model base;
@@ -44,13 +35,7 @@ typedef struct gpt_oss {
     ms_yarn yarn;
     int use_yarn;
     ms_rope rope;
-    /* weights */
-    ms_mat embed, lm_head;              /* [vocab][d] */
-    const float *final_norm;
-    gpt_oss_layer *layers;
-    /* scratch for max_batch positions */
-    float *x, *xn, *tmp, *rlogits, *topw, *work;
-    int32_t *topi;
+    ms_decoder dec;
 } gpt_oss;
 
 /* Reads the hyper-parameters; errors name the key. */
@@ -146,9 +131,10 @@ static int layer_window(gpt_oss *m, const json_t *c, int l, int64_t *window, ms_
 
 static void bind_layer(gpt_oss *m, ms_binder *b, int l, ms_mat *experts, ms_span *spans)
 {
-    gpt_oss_layer *L = &m->layers[l];
+    ms_decoder_layer *L = &m->dec.layers[l];
     char p[160], n[200];
     int64_t qd = m->n_heads * m->head_dim, kd = m->n_kv_heads * m->head_dim, d = m->d;
+    int64_t E = m->n_experts, ff = m->d_ff;
     float *v;
     snprintf(p, sizeof p, "model.layers.%d", l);
 
@@ -161,11 +147,11 @@ static void bind_layer(gpt_oss *m, ms_binder *b, int l, ms_mat *experts, ms_span
 #define LIN(mat, suffix, rows, cols)                                            \
     do {                                                                        \
         snprintf(n, sizeof n, "%s.%s", p, suffix);                              \
-        ms_bind_linear(b, MS_ROLE_DENSE, n, rows, cols, &mat);                  \
+        ms_bind_linear(b, MS_ROLE_DENSE, n, rows, cols, &mat, NULL);            \
     } while (0)
 
     VEC(L->attn_norm, "input_layernorm.weight", d);
-    VEC(L->mlp_norm, "post_attention_layernorm.weight", d);
+    VEC(L->ffn_norm, "post_attention_layernorm.weight", d);
     LIN(L->attn.wq, "self_attn.q_proj", qd, d);
     LIN(L->attn.wk, "self_attn.k_proj", kd, d);
     LIN(L->attn.wv, "self_attn.v_proj", kd, d);
@@ -175,11 +161,10 @@ static void bind_layer(gpt_oss *m, ms_binder *b, int l, ms_mat *experts, ms_span
     VEC(L->attn.bv, "self_attn.v_proj.bias", kd);
     VEC(L->attn.bo, "self_attn.o_proj.bias", d);
     VEC(L->attn.sinks, "self_attn.sinks", m->n_heads);
-    LIN(L->router, "mlp.router", m->n_experts, d);
-    VEC(L->router_bias, "mlp.router.bias", m->n_experts);
+    LIN(L->router.w, "mlp.router", E, d);
+    VEC(L->router.bias, "mlp.router.bias", E);
 
     /* experts: fused tensors [E][...] in MXFP4, biases [E][...] */
-    int64_t E = m->n_experts, ff = m->d_ff;
     char bl[200], sc[200];
     snprintf(bl, sizeof bl, "%s.mlp.experts.gate_up_proj_blocks", p);
     snprintf(sc, sizeof sc, "%s.mlp.experts.gate_up_proj_scales", p);
@@ -195,18 +180,19 @@ static void bind_layer(gpt_oss *m, ms_binder *b, int l, ms_mat *experts, ms_span
     L->moe.down_bias = v;
 #undef VEC
 #undef LIN
-    if (ok && m->base.experts)
-        for (int64_t e = 0; e < E; e++) {
-            ms_mat mats[2] = {experts[e], experts[E + e]};
-            ms_span sp[4] = {spans[2 * e], spans[2 * e + 1], spans[2 * E + 2 * e],
-                             spans[2 * E + 2 * e + 1]};
-            ms_expert_store_set(m->base.experts, l, (int)e, mats, sp);
-        }
+    for (int64_t e = 0; ok && e < E; e++) {
+        ms_mat mats[2] = {experts[e], experts[E + e]};
+        ms_span sp[4] = {spans[2 * e], spans[2 * e + 1], spans[2 * E + 2 * e],
+                         spans[2 * E + 2 * e + 1]};
+        ms_expert_store_set(m->base.experts, l, (int)e, mats, sp);
+    }
 }
 
-static void setup_layer(gpt_oss *m, int l, int64_t window)
+/* Layer l's graph: GQA with biases, sinks and its window; the gpt_oss router;
+ * MXFP4 experts with the clipped SwiGLU. */
+static void describe_layer(gpt_oss *m, int l, int64_t window)
 {
-    gpt_oss_layer *L = &m->layers[l];
+    ms_decoder_layer *L = &m->dec.layers[l];
     ms_gqa *a = &L->attn;
     a->n_heads = (int)m->n_heads;
     a->n_kv_heads = (int)m->n_kv_heads;
@@ -215,6 +201,10 @@ static void setup_layer(gpt_oss *m, int l, int64_t window)
     a->window = window;
     a->scale = (float)(1.0 / sqrt((double)m->head_dim));
     a->rope = &m->rope;
+    L->is_moe = 1;
+    L->router.kind = MS_ROUTER_TOPK_SOFTMAX;
+    L->router.n_experts = m->n_experts;
+    L->router.top_k = m->top_k;
     ms_moe *e = &L->moe;
     e->layer = l;
     e->n_experts = m->n_experts;
@@ -226,24 +216,6 @@ static void setup_layer(gpt_oss *m, int l, int64_t window)
     e->limit = (float)m->swiglu_limit;
     m->base.kv_row[l] = ms_gqa_kv_row(a);
     m->base.kv_window[l] = window;
-}
-
-static int alloc_scratch(gpt_oss *m, ms_err *err)
-{
-    int64_t B = m->base.max_batch, d = m->d;
-    int64_t work = ms_gqa_scratch(&m->layers[0].attn, B);
-    int64_t moe = ms_moe_scratch(&m->layers[0].moe, B);
-    work = work > moe ? work : moe;
-    ms_arena *a = &m->base.arena;
-    m->x = ms_arena_alloc(a, (size_t)(B * d) * 4, "activations", err);
-    m->xn = m->x ? ms_arena_alloc(a, (size_t)(B * d) * 4, "activations", err) : NULL;
-    m->tmp = m->xn ? ms_arena_alloc(a, (size_t)(B * d) * 4, "activations", err) : NULL;
-    m->rlogits = m->tmp ? ms_arena_alloc(a, (size_t)(B * m->n_experts) * 4, "router", err)
-                        : NULL;
-    m->topw = m->rlogits ? ms_arena_alloc(a, (size_t)(B * m->top_k) * 4, "router", err) : NULL;
-    m->topi = m->topw ? ms_arena_alloc(a, (size_t)(B * m->top_k) * 4, "router", err) : NULL;
-    m->work = m->topi ? ms_arena_alloc(a, (size_t)work * 4, "scratch", err) : NULL;
-    return m->work ? 0 : -1;
 }
 
 static int gpt_oss_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *opts,
@@ -271,32 +243,31 @@ static int gpt_oss_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_op
     ms_span *sp = NULL;
     if (!opts->check_only)
         b->arena = &m->base.arena;
-    m->layers = ms_arena_alloc(&m->base.arena, sizeof *m->layers * (size_t)n_layers, "layers",
-                               err);
-    if (!m->layers || read_rope(m, ck->config, err) ||
+    if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
+        read_rope(m, ck->config, err) ||
         ms_expert_store_open((int)n_layers, (int)E, 2, &m->base.experts, err))
         goto fail;
     ex = ms_malloc(sizeof *ex * (size_t)(2 * E), "expert views", err);
     sp = ms_malloc(sizeof *sp * (size_t)(4 * E), "expert spans", err);
     if (!ex || !sp)
         goto fail;
-    ms_bind_linear(b, MS_ROLE_EMBED, "model.embed_tokens", m->vocab, m->d, &m->embed);
+    ms_bind_linear(b, MS_ROLE_EMBED, "model.embed_tokens", m->vocab, m->d, &m->dec.embed, NULL);
     for (int l = 0; l < (int)n_layers; l++) {
         int64_t window = 0;
         if (layer_window(m, ck->config, l, &window, err))
             goto fail;
-        setup_layer(m, l, window);
+        describe_layer(m, l, window);
         bind_layer(m, b, l, ex, sp);
     }
     float *v;
     ms_bind_vector(b, MS_ROLE_DENSE, "model.norm.weight", m->d, &v);
-    m->final_norm = v;
-    ms_bind_linear(b, MS_ROLE_DENSE, "lm_head", m->vocab, m->d, &m->lm_head);
+    m->dec.final_norm = v;
+    ms_bind_linear(b, MS_ROLE_DENSE, "lm_head", m->vocab, m->d, &m->dec.lm_head, NULL);
     free(ex);
     free(sp);
     ex = NULL;
     sp = NULL;
-    if (!opts->check_only && alloc_scratch(m, err))
+    if (!opts->check_only && ms_decoder_alloc_scratch(&m->dec, err))
         goto fail;
     *out = &m->base;
     return 0;
@@ -335,64 +306,9 @@ static void gpt_oss_describe(const ms_model *mb, FILE *out)
                 m->yarn.truncate ? "true" : "false", m->yarn.attn_factor);
 }
 
-/* Final norm and lm_head for the rows the caller wants. */
-static void head(gpt_oss *m, const ms_fwd *f)
-{
-    int64_t n = f->n, d = m->d;
-    int64_t first = f->logits_all ? 0 : n - 1;
-    if (!f->logits)
-        return;
-    ms_rmsnorm(m->x + first * d, m->final_norm, (float)m->eps, n - first, d, m->xn);
-    ms_trace_f32(f->trace, m->xn, n - first, d, "final_norm");
-    ms_matmul(&m->lm_head, m->xn, (int)(n - first), f->logits);
-    ms_trace_f32(f->trace, f->logits, n - first, m->vocab, "logits");
-}
-
 static int gpt_oss_forward(ms_model *mb, const ms_fwd *f, ms_err *err)
 {
-    gpt_oss *m = (gpt_oss *)mb;
-    int64_t n = f->n, d = m->d, k = m->top_k;
-    ms_timers *tm = f->timers;
-    double t0 = ms_now(), t1;
-
-    for (int64_t t = 0; t < n; t++)
-        ms_mat_row(&m->embed, f->ids[t], m->x + t * d);
-    for (int l = 0; l < mb->n_layers; l++) {
-        gpt_oss_layer *L = &m->layers[l];
-        t1 = ms_now();
-        tm->other += t1 - t0;
-        ms_rmsnorm(m->x, L->attn_norm, (float)m->eps, n, d, m->xn);
-        ms_gqa_forward(&L->attn, f, &f->kv[l], m->xn, m->tmp, m->work);
-        ms_add(m->x, m->tmp, n * d);
-        ms_trace_f32(f->trace, m->x, n, d, "L%d.attn_out", l);
-        t0 = ms_now();
-        tm->attn += t0 - t1;
-
-        ms_rmsnorm(m->x, L->mlp_norm, (float)m->eps, n, d, m->xn);
-        ms_matmul(&L->router, m->xn, (int)n, m->rlogits);
-        ms_add_bias(m->rlogits, L->router_bias, n, m->n_experts);
-        ms_route_topk_softmax(m->rlogits, n, m->n_experts, (int)k, m->topi, m->topw);
-        ms_trace_f32(f->trace, m->rlogits, n, m->n_experts, "L%d.router_logits", l);
-        ms_trace_i32(f->trace, m->topi, n, k, "L%d.topk_ids", l);
-        ms_trace_f32(f->trace, m->topw, n, k, "L%d.topk_w", l);
-        if (ms_moe_forward(&L->moe, mb->experts, m->xn, n, m->topi, m->topw, m->tmp, m->work,
-                           err))
-            return -1;
-        ms_add(m->x, m->tmp, n * d);
-        ms_trace_f32(f->trace, m->x, n, d, "L%d.moe_out", l);
-        if (mb->prefetch && n == 1 && l + 1 < mb->n_layers) {
-            gpt_oss_layer *N = &m->layers[l + 1];
-            ms_moe_prefetch_next(mb->experts, l + 1, m->x, d, N->mlp_norm, (float)m->eps,
-                                 &N->router, N->router_bias, m->n_experts, (int)k, m->xn);
-        }
-        t1 = ms_now();
-        tm->experts += t1 - t0;
-        t0 = t1;
-    }
-    head(m, f);
-    t1 = ms_now();
-    tm->head += t1 - t0;
-    return 0;
+    return ms_decoder_forward(&((gpt_oss *)mb)->dec, f, err);
 }
 
 const ms_family ms_family_gpt_oss = {

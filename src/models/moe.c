@@ -21,70 +21,107 @@ void ms_topk(const float *v, int n, int k, int32_t *idx)
     }
 }
 
-void ms_route_topk_softmax(const float *logits, int64_t n, int n_experts, int k,
-                           int32_t *ids, float *w)
+void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int32_t *ids,
+              float *w)
 {
+    int E = r->n_experts, k = r->top_k;
+    ms_matmul(&r->w, x, (int)n, logits);
+    if (r->bias)
+        ms_add_bias(logits, r->bias, n, E);
     for (int64_t t = 0; t < n; t++) {
-        const float *l = logits + t * n_experts;
+        const float *l = logits + t * E;
         int32_t *id = ids + t * k;
         float *wt = w + t * k;
-        ms_topk(l, n_experts, k, id);
-        for (int j = 0; j < k; j++)
-            wt[j] = l[id[j]];
-        ms_softmax(wt, k);
+        ms_topk(l, E, k, id); /* softmax is monotonic: same order on probabilities */
+        if (r->kind == MS_ROUTER_TOPK_SOFTMAX) {
+            for (int j = 0; j < k; j++)
+                wt[j] = l[id[j]];
+            ms_softmax(wt, k);
+            continue;
+        }
+        float m = l[id[0]];
+        double sum = 0, sel = 0;
+        for (int e = 0; e < E; e++)
+            sum += expf(l[e] - m);
+        for (int j = 0; j < k; j++) {
+            wt[j] = (float)(expf(l[id[j]] - m) / sum);
+            sel += wt[j];
+        }
+        if (r->norm_topk)
+            for (int j = 0; j < k; j++)
+                wt[j] = (float)(wt[j] / sel);
     }
 }
 
 void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
-                          const float *norm_w, float eps, const ms_mat *router,
-                          const float *bias, int n_experts, int k, float *tmp)
+                          const float *norm_w, float eps, const ms_router *r, float *tmp)
 {
     float *xn = tmp, *logits = tmp + d;
     int32_t ids[512];
-    if (k > 512)
+    if (r->top_k > 512)
         return;
     ms_rmsnorm(x, norm_w, eps, 1, d, xn);
-    ms_matvec(router, xn, logits);
-    if (bias)
-        ms_add(logits, bias, n_experts);
-    ms_topk(logits, n_experts, k, ids);
-    ms_expert_prefetch(st, next_layer, ids, k);
+    ms_matvec(&r->w, xn, logits);
+    if (r->bias)
+        ms_add(logits, r->bias, r->n_experts);
+    ms_topk(logits, r->n_experts, r->top_k, ids);
+    ms_expert_prefetch(st, next_layer, ids, r->top_k);
+}
+
+int64_t ms_mlp_scratch(int64_t d_ff, int64_t n)
+{
+    return 3 * n * d_ff;
+}
+
+void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int64_t d_ff,
+                  const float *X, int rows, float *Y, float *scratch)
+{
+    float *G = scratch, *U = G + rows * d_ff, *H = U + rows * d_ff;
+    ms_matmul(gate, X, rows, G);
+    ms_matmul(up, X, rows, U);
+    for (int64_t i = 0; i < rows * d_ff; i++)
+        H[i] = G[i] / (1.0f + expf(-G[i])) * U[i];
+    ms_matmul(down, H, rows, Y);
 }
 
 int64_t ms_moe_scratch(const ms_moe *m, int64_t n)
 {
-    /* gathered inputs, hidden, outputs per expert, and all contributions */
-    return n * m->d_model + n * 2 * m->d_ff + n * m->d_ff + n * m->d_model +
-           n * m->top_k * m->d_model + n * m->top_k + m->n_experts;
+    /* gathered inputs, FFN work, outputs per expert, all contributions, slots, union */
+    int64_t ffn = n * 3 * m->d_ff;
+    return n * m->d_model + ffn + n * m->d_model + n * m->top_k * m->d_model +
+           n * m->top_k + m->n_experts;
+}
+
+/* The clipped SwiGLU of gpt_oss on gate_up rows (interleaved gate, up). */
+static void oai_glu(const ms_moe *m, const float *H2, int rows, float *H)
+{
+    int64_t ff = m->d_ff;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t j = 0; j < ff; j++) {
+            float g = H2[r * 2 * ff + 2 * j], u = H2[r * 2 * ff + 2 * j + 1];
+            g = g > m->limit ? m->limit : g;
+            u = u > m->limit ? m->limit : u < -m->limit ? -m->limit : u;
+            float glu = g / (1.0f + expf(-m->alpha * g));
+            H[r * ff + j] = glu * (u + 1.0f);
+        }
+    }
 }
 
 /* The FFN of one expert on rows X [rows][d_model] -> Y [rows][d_model]. */
 static void expert_ffn(const ms_moe *m, const ms_expert_lease *e, const float *X, int rows,
-                       float *H2, float *H, float *Y)
+                       float *work, float *Y)
 {
     int64_t ff = m->d_ff;
-    if (m->ffn == MS_FFN_OAI_CLAMPED) {
-        ms_matmul(&e->mat[0], X, rows, H2);
-        ms_add_bias(H2, m->gate_up_bias + (int64_t)e->expert * 2 * ff, rows, 2 * ff);
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t j = 0; j < ff; j++) {
-                float g = H2[r * 2 * ff + 2 * j], u = H2[r * 2 * ff + 2 * j + 1];
-                g = g > m->limit ? m->limit : g;
-                u = u > m->limit ? m->limit : u < -m->limit ? -m->limit : u;
-                float glu = g / (1.0f + expf(-m->alpha * g));
-                H[r * ff + j] = glu * (u + 1.0f);
-            }
-        }
-        ms_matmul(&e->mat[1], H, rows, Y);
-        ms_add_bias(Y, m->down_bias + (int64_t)e->expert * m->d_model, rows, m->d_model);
-    } else {
-        float *G = H2, *U = H2 + rows * ff;
-        ms_matmul(&e->mat[0], X, rows, G);
-        ms_matmul(&e->mat[1], X, rows, U);
-        for (int64_t i = 0; i < rows * ff; i++)
-            H[i] = G[i] / (1.0f + expf(-G[i])) * U[i];
-        ms_matmul(&e->mat[2], H, rows, Y);
+    if (m->ffn == MS_FFN_SWIGLU) {
+        ms_mlp_apply(&e->mat[0], &e->mat[1], &e->mat[2], ff, X, rows, Y, work);
+        return;
     }
+    float *H2 = work, *H = work + rows * 2 * ff;
+    ms_matmul(&e->mat[0], X, rows, H2);
+    ms_add_bias(H2, m->gate_up_bias + (int64_t)e->expert * 2 * ff, rows, 2 * ff);
+    oai_glu(m, H2, rows, H);
+    ms_matmul(&e->mat[1], H, rows, Y);
+    ms_add_bias(Y, m->down_bias + (int64_t)e->expert * m->d_model, rows, m->d_model);
 }
 
 int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t n,
@@ -92,7 +129,7 @@ int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t
                    ms_err *err)
 {
     int64_t d = m->d_model, k = m->top_k;
-    float *X = scratch, *H2 = X + n * d, *H = H2 + n * 2 * m->d_ff, *Y = H + n * m->d_ff;
+    float *X = scratch, *work = X + n * d, *Y = work + n * 3 * m->d_ff;
     float *contrib = Y + n * d;           /* [n][k][d] */
     int32_t *slot = (int32_t *)(contrib + n * k * d); /* [n*k] slots of the current expert */
     int32_t *uni = slot + n * k;          /* [n_experts] the union, ascending */
@@ -117,7 +154,7 @@ int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t
                 memcpy(X + rows * d, x + (i / k) * d, (size_t)d * 4);
                 rows++;
             }
-        expert_ffn(m, &lease, X, rows, H2, H, Y);
+        expert_ffn(m, &lease, X, rows, work, Y);
         ms_expert_put(st, &lease);
         for (int r = 0; r < rows; r++)
             memcpy(contrib + (int64_t)slot[r] * d, Y + r * d, (size_t)d * 4);

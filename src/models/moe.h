@@ -1,15 +1,48 @@
-/* Routed mixture-of-experts: the routers the families use and the expert FFN
- * applied through the expert-load boundary.
+/* Feed-forward blocks: routers, the routed mixture of experts applied
+ * through the expert-load boundary, and the dense SwiGLU MLP.
  *
  * Batched evaluation: for n positions, every expert in the union of their
  * top-k is fetched once and applied to all positions that chose it; the
  * contributions are then summed per position in canonical top-k order
  * (j = 0..k-1), so the result is bit-identical to evaluating each position
- * alone, whatever the order in which experts are computed. */
+ * alone, whatever the order in which experts arrive. */
 #ifndef MS_MODELS_MOE_H
 #define MS_MODELS_MOE_H
 
 #include "models/family.h"
+
+typedef enum ms_router_kind {
+    MS_ROUTER_TOPK_SOFTMAX = 0, /* gpt_oss: top-k of the logits, softmax over those k */
+    MS_ROUTER_SOFTMAX_TOPK,     /* qwen3_moe: softmax over all experts (float32), top-k of
+                                 * the probabilities, renormalised when norm_topk */
+} ms_router_kind;
+
+typedef struct ms_router {
+    ms_router_kind kind;
+    ms_mat w;                   /* [n_experts][d] */
+    const float *bias;          /* [n_experts] or NULL: added to the logits */
+    int n_experts, top_k;
+    int norm_topk;
+} ms_router;
+
+/* Routes n positions x [n][d]: logits [n][n_experts], ids/w [n][top_k]
+ * (ids in descending order of score). */
+void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int32_t *ids,
+              float *w);
+
+/* Indices of the k largest of v[0..n) in descending order (ties: lower index). */
+void ms_topk(const float *v, int n, int k, int32_t *idx);
+
+/* Dense SwiGLU MLP: down(silu(gate(x)) * up(x)). */
+typedef struct ms_mlp {
+    ms_mat gate, up, down;      /* [d_ff][d], [d_ff][d], [d][d_ff] */
+    int64_t d_model, d_ff;
+} ms_mlp;
+
+int64_t ms_mlp_scratch(int64_t d_ff, int64_t n);
+/* X [rows][d] -> Y [rows][d]. */
+void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int64_t d_ff,
+                  const float *X, int rows, float *Y, float *scratch);
 
 typedef enum ms_expert_ffn {
     MS_FFN_SWIGLU = 0,  /* mats: gate, up, down; silu(gate) * up */
@@ -28,21 +61,13 @@ typedef struct ms_moe {
     float alpha, limit;         /* OAI: 1.702, swiglu_limit */
 } ms_moe;
 
-/* gpt_oss router: top-k of the logits (descending), softmax over those k. */
-void ms_route_topk_softmax(const float *logits, int64_t n, int n_experts, int k,
-                           int32_t *ids, float *w);
-
-/* Indices of the k largest of v[0..n) in descending order (ties: lower index). */
-void ms_topk(const float *v, int n, int k, int32_t *idx);
-
-/* Decode prefetch: predicts the experts MoE layer next_layer will ask for
- * from the residual x [d] after the current layer (next layer's norm, its
- * router + bias, top-k: Picchio's proxy B, ~89% right on gpt-oss-20b) and asks
- * the store to start loading them while the next attention runs.
- * tmp: d + n_experts floats. */
+/* Decode prefetch: predicts the experts the next MoE layer will ask for from
+ * the residual x [d] after the current layer (next layer's norm, then its
+ * router: Picchio's proxy B, ~89% right on gpt-oss-20b) and asks the store
+ * to start loading them while the next attention runs. tmp: d + n_experts
+ * floats. */
 void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
-                          const float *norm_w, float eps, const ms_mat *router,
-                          const float *bias, int n_experts, int k, float *tmp);
+                          const float *norm_w, float eps, const ms_router *r, float *tmp);
 
 /* Scratch floats ms_moe_forward needs for n positions. */
 int64_t ms_moe_scratch(const ms_moe *m, int64_t n);

@@ -7,6 +7,7 @@
 
 static const ms_family *const families[] = {
     &ms_family_gpt_oss,
+    &ms_family_qwen3_moe,
 };
 
 const ms_family *ms_family_find(const ms_checkpoint *ck, ms_err *err)

@@ -72,6 +72,10 @@ static int load_model(ms_engine *eng, ms_err *err)
     ms_binder b;
     if (ms_binder_init(&b, eng->ck, 0, err))
         return -1;
+    if (ms_binder_config(&b, eng->ck->config, err)) {
+        ms_binder_free(&b);
+        return -1;
+    }
     ms_model_opts mo = {.max_batch = MS_MAX_BATCH};
     int rc = eng->family->open(eng->ck, &b, &mo, &eng->model, err);
     if (rc == 0) {

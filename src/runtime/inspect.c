@@ -56,7 +56,7 @@ int ms_inspect(const char *model_dir, FILE *out, ms_error *err)
     ms_binder b = {0};
     ms_model *m = NULL;
     const ms_family *fam = ms_family_find(ck, err);
-    if (!fam || ms_binder_init(&b, ck, 1, err))
+    if (!fam || ms_binder_init(&b, ck, 1, err) || ms_binder_config(&b, ck->config, err))
         goto out;
     ms_model_opts mo = {.max_batch = 1, .check_only = 1};
     if (fam->open(ck, &b, &mo, &m, err))

@@ -317,13 +317,9 @@ static int collect_specs(json_t *cfg, const char *dir, ms_binder *b, const ms_fa
     const json_t *q = json_object_get(cfg, "quantization_config");
     const char *qm = json_string_value(json_object_get(q, "quant_method"));
     int fp8 = qm && !strcmp(qm, "fp8");
-    if (ms_binder_init_collect(b, &ck, fp8, (*fam)->fp8_scale_dtype, err))
+    if (ms_binder_init_collect(b, &ck, fp8, (*fam)->fp8_scale_dtype, err) ||
+        ms_binder_config(b, cfg, err))
         return -1;
-    const json_t *bs = json_object_get(q, "weight_block_size");
-    if (json_array_size(bs) == 2) {
-        b->fp8_block[0] = (int32_t)json_integer_value(json_array_get(bs, 0));
-        b->fp8_block[1] = (int32_t)json_integer_value(json_array_get(bs, 1));
-    }
     ms_model_opts mo = {.max_batch = 1, .check_only = 1};
     ms_model *m = NULL;
     if ((*fam)->open(&ck, b, &mo, &m, err))

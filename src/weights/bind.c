@@ -28,6 +28,23 @@ int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err
     return 0;
 }
 
+int ms_binder_config(ms_binder *b, const json_t *config, ms_err *err)
+{
+    const json_t *q = json_object_get(config, "quantization_config");
+    const json_t *bs = json_is_object(q) ? json_object_get(q, "weight_block_size") : NULL;
+    if (!bs || json_is_null(bs))
+        return 0;
+    const json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
+    if (json_array_size(bs) != 2 || !json_is_integer(r) || !json_is_integer(c) ||
+        json_integer_value(r) <= 0 || json_integer_value(c) <= 0 ||
+        json_integer_value(c) % 32 || json_integer_value(r) > 4096 || json_integer_value(c) > 4096)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config."
+                          "weight_block_size must be [rows, cols] with cols a multiple of 32");
+    b->fp8_block[0] = (int32_t)json_integer_value(r);
+    b->fp8_block[1] = (int32_t)json_integer_value(c);
+    return 0;
+}
+
 int ms_binder_init_collect(ms_binder *b, const ms_checkpoint *ck, int fp8, ms_dtype scale,
                            ms_err *err)
 {
@@ -177,9 +194,11 @@ static ms_wfmt float_fmt(ms_dtype d)
 }
 
 int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
-                   int64_t cols, ms_mat *m)
+                   int64_t cols, ms_mat *m, ms_span *span)
 {
     char name[256];
+    if (span)
+        span[0].file = span[1].file = -1;
     int64_t shape[2] = {rows, cols};
     memset(m, 0, sizeof *m);
     m->rows = rows;
@@ -200,6 +219,8 @@ int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
     if (!t)
         return -1;
     m->w = ms_ckpt_data(b->ck, t);
+    if (span)
+        span[0] = ms_span_of(t);
     if (t->dtype != MS_DTYPE_F8_E4M3) {
         m->fmt = float_fmt(t->dtype);
         return 0;
@@ -210,6 +231,8 @@ int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
         return -1;
     m->fmt = MS_WFMT_FP8_BLOCK;
     m->scale = ms_ckpt_data(b->ck, s);
+    if (span)
+        span[1] = ms_span_of(s);
     m->scale_dtype = s->dtype;
     m->block_rows = (int32_t)br;
     m->block_cols = (int32_t)bc;

@@ -77,6 +77,10 @@ typedef struct ms_binder {
 
 int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err *err);
 
+/* Reads quantization_config.weight_block_size (FP8 block shape) from a
+ * config; 128x128 when absent. */
+int ms_binder_config(ms_binder *b, const json_t *config, ms_err *err);
+
 /* A binder that records the tensors a family asks for instead of reading them. */
 int ms_binder_init_collect(ms_binder *b, const ms_checkpoint *ck, int fp8, ms_dtype scale,
                            ms_err *err);
@@ -94,10 +98,11 @@ const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *nam
 
 /* A linear layer "<prefix>.weight" [rows][cols]: F32/BF16/F16, or F8_E4M3
  * with "<prefix>.weight_scale_inv" [ceil(rows/br)][ceil(cols/bc)] in
- * F32/BF16/F16. Fills *m (and *span for the weight bytes when not NULL).
- * Returns 0 when bound, -1 when a problem was recorded. */
+ * F32/BF16/F16. Fills *m, and span[0..1] (weights, scales; file -1 when
+ * absent) when span is not NULL. Returns 0 when bound, -1 when a problem
+ * was recorded. */
 int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
-                   int64_t cols, ms_mat *m);
+                   int64_t cols, ms_mat *m, ms_span *span);
 
 /* A float vector of n elements (any float dtype), widened into the arena.
  * *out stays NULL in check-only mode or on a problem. */

@@ -25,7 +25,7 @@ static int load(const char *dir, loaded *l)
     const ms_family *fam;
     memset(l, 0, sizeof *l);
     if (ms_ckpt_open(dir, &l->ck, &err) || !(fam = ms_family_find(l->ck, &err)) ||
-        ms_binder_init(&b, l->ck, 1, &err)) {
+        ms_binder_init(&b, l->ck, 1, &err) || ms_binder_config(&b, l->ck->config, &err)) {
         printf("     cannot open %s: %s\n", dir, err.msg);
         return -1;
     }

@@ -7,12 +7,18 @@ st_writer.py (safetensors `serialize`, transformers sharded index, gpt-oss shard
 the expected gpt_oss tensor set derived from config.json as in
 transformers models/gpt_oss/convert_gpt_oss_weights_to_hf.py (mxfp4 branch).
 
+Other families: when config.json's model_type is not gpt_oss, the expected tensor set comes from
+`expected_tensors(cfg)` of the family's generator tools/tinyckpt/<model_type>.py.
+
 CLI: check_layout.py DIR [--like FIXTURE_DIR]
   --like: also require the same config.json / generation_config.json key sets, the same
-          shard naming scheme and no __metadata__ when the fixture has none.
+          shard naming scheme, no __metadata__ when the fixture has none (the same one when it
+          has one), and, where the fixture's meta.json lists tensor_patterns, every fixture
+          pattern present with the same dtype.
 Prints one line per problem; exit 1 if any.
 """
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -52,6 +58,26 @@ def expected_tensors(cfg):
             p + "mlp.experts.down_proj_bias": ("BF16", [E, H]),
         })
     return t
+
+
+def family_expected(cfg):
+    """{name: (dtype, shape)} for this config: gpt_oss here, else the family generator's."""
+    mt = cfg.get("model_type", "gpt_oss")
+    if mt == "gpt_oss":
+        return expected_tensors(cfg)
+    path = os.path.join(HERE, os.path.basename(mt) + ".py")
+    if not os.path.exists(path):
+        sys.exit(f"no layout rules for model_type {mt} ({path})")
+    spec = importlib.util.spec_from_file_location("tinyckpt_" + mt, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.expected_tensors(cfg)
+
+
+def name_pattern(name):
+    """model.layers.3.mlp.experts.7.x -> model.layers.{L}.mlp.experts.{E}.x (meta.json style)"""
+    name = re.sub(r"\.layers\.\d+\.", ".layers.{L}.", name)
+    return re.sub(r"\.experts\.\d+\.", ".experts.{E}.", name)
 
 
 def check_file(path, problems):
@@ -118,7 +144,7 @@ def main():
             problems.append("lm_head not in the last shard")
     else:
         scheme = "single" if files == ["model.safetensors"] else "other"
-    exp = expected_tensors(cfg)
+    exp = family_expected(cfg)
     got = {k: (headers[f][k]["dtype"], headers[f][k]["shape"]) for k, f in where.items()}
     for k in sorted(set(exp) | set(got)):
         if k not in got:
@@ -143,6 +169,20 @@ def main():
         fx_meta = [check_file(os.path.join(fx, f), [])[1] for f in fx_files]
         if any(v is not None for v in metas.values()) and all(v is None for v in fx_meta):
             problems.append("__metadata__ present, the fixture has none")
+        for f, v in metas.items():
+            if fx_meta and fx_meta[0] is not None and v != fx_meta[0]:
+                problems.append(f"{f}: __metadata__ {v} differs from the fixture's {fx_meta[0]}")
+        meta_path = os.path.join(fx, "meta.json")
+        pats = json.load(open(meta_path)).get("tensor_patterns", {}) \
+            if os.path.exists(meta_path) else {}
+        ours = {}
+        for k, (dt, _) in got.items():
+            ours.setdefault(name_pattern(k), set()).add(dt)
+        for pat, info in sorted(pats.items()):
+            if pat not in ours:
+                problems.append(f"fixture tensor pattern {pat} absent")
+            elif ours[pat] != {info["dtype"]}:
+                problems.append(f"{pat}: dtype {sorted(ours[pat])}, fixture {info['dtype']}")
         fx_names = json.load(open(os.path.join(fx, "model.safetensors.index.json")))["weight_map"]
         fx_scheme = "zero" if re.match(r"model-00000-of-", sorted(fx_names.values())[0]) else "one"
         if scheme not in (fx_scheme, "single"):

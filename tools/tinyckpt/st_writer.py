@@ -53,6 +53,70 @@ def tensor_rng(seed, name):
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
 
+E4M3_MAX = 448.0
+
+
+def f32_to_e4m3(x):
+    """float32 -> OCP e4m3fn codes (uint8), round to nearest even, saturating at +-448 (never
+    the NaN code); keeps the sign of zero. Normal range: round the float32 mantissa to 3 bits
+    on its bit pattern; below 2^-6 the code is rint(|x| * 2^9) (subnormals m * 2^-9, and 8 is
+    the smallest normal's code, so the two ranges join up)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    a = np.minimum(np.abs(x), np.float32(E4M3_MAX))
+    u = a.view(np.uint32)
+    r = u >> 20
+    r &= 1
+    r += np.uint32(0x7FFFF)
+    r += u
+    r >>= 20                     # (float32 biased exponent << 3) | 3-bit mantissa, rounded
+    r -= np.uint32((127 - 7) << 3)   # rebias to e4m3 (wraps below 2^-6: fixed next)
+    sub = a < np.float32(2.0 ** -6)
+    r[sub] = np.rint(a[sub] * np.float32(512.0)).astype(np.uint32)   # exact, half to even
+    code = r.astype(np.uint8)
+    code |= (np.signbit(x).astype(np.uint8) << 7)
+    return code
+
+
+def round_scale_up(s, dtype):
+    """Positive float32 scales -> (raw array in `dtype`'s stored form, float32 values), each
+    value the nearest representable one >= s (so |w| / scale <= 448 holds for the block)."""
+    s = np.ascontiguousarray(s, dtype=np.float32)
+    if dtype == "F32":
+        return s.copy(), s.copy()
+    if dtype == "BF16":
+        bits = f32_to_bf16(s)
+        vals = (bits.astype(np.uint32) << 16).view(np.float32)
+        bits = np.where(vals < s, bits + 1, bits).astype(np.uint16)
+        return bits, (bits.astype(np.uint32) << 16).view(np.float32)
+    if dtype == "F16":
+        h = s.astype(np.float16)
+        h = np.where(h.astype(np.float32) < s, np.nextafter(h, np.float16(np.inf)), h)
+        return h.astype(np.float16), h.astype(np.float32)
+    raise ValueError(f"scale dtype {dtype}")
+
+
+def fp8_block_quantize(w, block=(128, 128), scale_dtype="BF16"):
+    """Block FP8 (DeepSeek / transformers FineGrainedFP8 layout): w float32 [out, in] ->
+    (codes uint8 [out, in], scale raw [ceil(out/bo), ceil(in/bi)] in `scale_dtype`, scale
+    float32 values) with W ~= e4m3(codes) * scale[i // bo][j // bi]; edge blocks are partial.
+    The scale is amax / 448 of the block rounded up to `scale_dtype` (1 for an all-zero block)."""
+    w = np.asarray(w, dtype=np.float32)
+    rows, cols = w.shape
+    bo, bi = block
+    nr, nc = -(-rows // bo), -(-cols // bi)
+    if (rows, cols) == (nr * bo, nc * bi):
+        pad = w
+    else:                                   # ragged edge blocks: pad with zeros
+        pad = np.zeros((nr * bo, nc * bi), dtype=np.float32)
+        pad[:rows, :cols] = w
+    blocks = pad.reshape(nr, bo, nc, bi)
+    amax = np.abs(blocks).max(axis=(1, 3))
+    s = np.where(amax > 0, amax / np.float32(E4M3_MAX), np.float32(1)).astype(np.float32)
+    raw, vals = round_scale_up(s, scale_dtype)
+    codes = f32_to_e4m3(blocks / vals[:, None, :, None]).reshape(nr * bo, nc * bi)
+    return np.ascontiguousarray(codes[:rows, :cols]), raw, vals
+
+
 def write_safetensors(path, tensors, metadata=None):
     """tensors: list of (name, dtype, shape, make). Returns bytes of tensor data written."""
     order = sorted(tensors, key=lambda t: (-itemsize(t[1]), t[0]))

@@ -1,0 +1,48 @@
+/* The pre-norm decoder shared by the GQA families (gpt_oss, qwen3_moe):
+ *
+ *   x = embed(ids)
+ *   per layer:  x += attn(rmsnorm(x, attn_norm))
+ *               h  = rmsnorm(x, ffn_norm)
+ *               x += moe(h, route(h))   or   x += mlp(h)
+ *   logits = lm_head(rmsnorm(x, final_norm))
+ *
+ * A family describes its layers with this struct (which attention options,
+ * which router, which expert FFN, which layers are dense) and binds their
+ * weights; the loop, the scratch, the trace names (L<l>.attn_out,
+ * L<l>.router_logits, L<l>.topk_ids, L<l>.topk_w, L<l>.moe_out, final_norm,
+ * logits), the timers and the decode prefetch live here once. */
+#ifndef MS_MODELS_DECODER_H
+#define MS_MODELS_DECODER_H
+
+#include "models/attention.h"
+#include "models/moe.h"
+
+typedef struct ms_decoder_layer {
+    const float *attn_norm, *ffn_norm;  /* [d] */
+    ms_gqa attn;
+    int is_moe;
+    ms_router router;                   /* is_moe */
+    ms_moe moe;                         /* is_moe */
+    ms_mlp mlp;                         /* dense layers */
+} ms_decoder_layer;
+
+typedef struct ms_decoder {
+    ms_model *base;
+    int64_t d, vocab;
+    float eps;                          /* rms_norm_eps of every norm */
+    ms_mat embed, lm_head;              /* [vocab][d] */
+    const float *final_norm;
+    ms_decoder_layer *layers;           /* [n_layers] */
+    /* scratch for max_batch positions */
+    float *x, *xn, *tmp, *rlogits, *topw, *work;
+    int32_t *topi;
+} ms_decoder;
+
+/* Allocates the layer table (zeroed) in the model's arena. */
+int ms_decoder_init(ms_decoder *dec, ms_model *base, int64_t d, int64_t vocab, float eps,
+                    ms_err *err);
+/* Allocates the scratch for the layers as described; call after binding. */
+int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err);
+int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err);
+
+#endif
