@@ -18,9 +18,9 @@
  * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
  * 2^-8, widened by vcvtph2ps, NaN codes patched to a half NaN; the 2^8 is
  * folded into the block scale (exact for scales below 2^120; products
- * w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpshufb of the E2M1 values doubled (all
- * integers, so int8), converted, and the 1/2 folded into the power-of-two
- * scale, which stays exact down to 2^-128. */
+ * w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpshufb of the E2M1 values
+ * doubled (all integers, so int8), converted, and the 1/2 folded into the
+ * power-of-two scale, which stays exact down to 2^-128. */
 #include <immintrin.h>
 
 #include "kernels/internal.h"

@@ -18,9 +18,9 @@
  * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
  * 2^-8 (subnormals included), widened by vcvtph2ps, NaN codes patched to a
  * half NaN, and the 2^8 folded into the block scale (exact for scales below
- * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpermps of the 16 E2M1 values, the table pre-multiplied by
- * the group's power-of-two scale (exact; 6 * 2^127 overflows to inf exactly
- * as in ms_mat_get). */
+ * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpermps of
+ * the 16 E2M1 values, the table pre-multiplied by the group's power-of-two
+ * scale (exact; 6 * 2^127 overflows to inf exactly as in ms_mat_get). */
 #include <immintrin.h>
 
 #include "kernels/internal.h"
@@ -90,7 +90,8 @@ AI w32 mxfp4x32(const uint8_t *p, __m512 s)
 {
     const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
                                       -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    /* dword i of lane L takes byte 2L + i/2 (lo half) or 8 + 2L + i/2 (hi) */
+    /* dword j picks byte j/2 (columns 0-15) or 8 + j/2 (16-31); the bytes
+     * picked above bit 7 are junk that vpermps never reads. */
     const __m512i pick_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i pick_hi = _mm512_add_epi32(pick_lo, _mm512_set1_epi32(8));
     const __m512i odd = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);

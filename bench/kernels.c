@@ -1,0 +1,236 @@
+/* Kernel throughput against the memory-bandwidth floor.
+ *
+ * For each op table this CPU runs and each weight format: matvec over a
+ * matrix larger than the last-level cache, in GB/s of weight bytes
+ * (ms_mat_bytes) and effective GFLOP/s (2 per weight), with 1 and 2
+ * threads, next to memcpy bandwidth (bytes read + written). "floor x" is
+ * the matvec time over the floor (weight bytes / memcpy bandwidth); the
+ * target for BF16 and FP8 is <= 1.5. Also a batched matmul (n = 8) column.
+ * Activations are 64-byte aligned, as the engine's arena gives them.
+ *
+ * Every number is the best of ROUNDS passes taken in interleaved rounds
+ * (each round times every line once), so that a burst of load from
+ * elsewhere on a shared machine spoils one pass of a line, not all of them.
+ * The scalar table (the test oracle) is compute-bound at a few GB/s at
+ * best, so it is timed once over a sixteenth of the rows.
+ *
+ * Usage: build/bench/kernels [MiB of weights per matrix, default 512] */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/kernels.h"
+
+#define COLS 4096
+#define BATCH 8
+#define ROUNDS 5
+#define N_TABLES 3
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static double min_d(double a, double b)
+{
+    return a < b ? a : b;
+}
+
+/* Seconds for one memcpy of n bytes by `threads` threads, each copying
+ * its own slice. */
+static double memcpy_time(char *dst, const char *src, size_t n, int threads)
+{
+    double t0 = now();
+#pragma omp parallel num_threads(threads)
+    {
+        size_t part = n / (size_t)omp_get_num_threads();
+        size_t off = part * (size_t)omp_get_thread_num();
+        memcpy(dst + off, src + off, part);
+    }
+    return now() - t0;
+}
+
+/* Typical-valued weights (no NaN, few subnormals) and scales. */
+static void fill(ms_wfmt fmt, uint8_t *w, size_t wbytes, uint8_t *scale, size_t sbytes)
+{
+    for (size_t i = 0; i + 8 <= wbytes; i += 8) {
+        uint64_t r = next();
+        switch (fmt) {
+        case MS_WFMT_F32:
+            r = (r & 0x807FFFFF807FFFFFull) | 0x3C0000003C000000ull;
+            break;
+        case MS_WFMT_BF16:
+            r = (r & 0x807F807F807F807Full) | 0x3C003C003C003C00ull;
+            break;
+        case MS_WFMT_F16:
+            r = (r & 0x83FF83FF83FF83FFull) | 0x3000300030003000ull;
+            break;
+        case MS_WFMT_FP8_BLOCK:
+            r &= 0xF7F7F7F7F7F7F7F7ull; /* exponent <= 14: never the NaN code */
+            break;
+        default:
+            break;
+        }
+        memcpy(w + i, &r, 8);
+    }
+    for (size_t i = 0; i < sbytes; i++) /* MXFP4: 2^-7 .. 2^0 */
+        scale[i] = (uint8_t)(120 + next() % 8);
+    if (fmt == MS_WFMT_FP8_BLOCK) /* F32 scales of 2^-8 */
+        for (size_t i = 0; i + 4 <= sbytes; i += 4)
+            memcpy(scale + i, &(float){0.00390625f}, 4);
+}
+
+static const char *fmt_name(ms_wfmt f)
+{
+    static const char *names[MS_WFMT_COUNT] = {"f32", "bf16", "f16", "fp8_block", "mxfp4"};
+    return names[f];
+}
+
+/* One matrix per format over its own buffer, each of `bytes` weight bytes. */
+typedef struct bench_mat {
+    ms_mat m;
+    uint8_t *w, *scale;
+} bench_mat;
+
+static int make_mats(bench_mat *mats, size_t bytes)
+{
+    static const int64_t half_bytes[MS_WFMT_COUNT] = {8, 4, 4, 2, 1}; /* 2 x bytes/weight */
+    for (int f = 0; f < MS_WFMT_COUNT; f++) {
+        ms_mat *m = &mats[f].m;
+        *m = (ms_mat){.fmt = (ms_wfmt)f, .cols = COLS, .block_rows = 128, .block_cols = 128,
+                      .scale_dtype = f == MS_WFMT_FP8_BLOCK ? MS_DTYPE_F32 : MS_DTYPE_U8};
+        m->rows = (int64_t)(2 * bytes / ((size_t)COLS * (size_t)half_bytes[f]));
+        size_t sbytes = f == MS_WFMT_FP8_BLOCK ? (size_t)(m->rows / 128 * COLS / 128 * 4)
+                        : f == MS_WFMT_MXFP4  ? (size_t)(m->rows * COLS / 32)
+                                              : 0;
+        mats[f].w = malloc(bytes);
+        mats[f].scale = malloc(sbytes + 64);
+        if (!mats[f].w || !mats[f].scale)
+            return -1;
+        fill((ms_wfmt)f, mats[f].w, bytes, mats[f].scale, sbytes);
+        m->w = mats[f].w;
+        m->scale = mats[f].scale;
+    }
+    return 0;
+}
+
+static double time_matmul(const ms_kernel_ops *ops, const ms_mat *m, const float *X, int n,
+                          float *Y)
+{
+    double t0 = now();
+    ms_matmul_ops(ops, m, X, n, Y);
+    return now() - t0;
+}
+
+/* Best seconds per [table][format][threads-1][matvec, matmul]. */
+typedef double times[N_TABLES][MS_WFMT_COUNT][2][2];
+
+static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const float *X,
+                      float *Y, int round, times best)
+{
+    for (int k = 0; k < N_TABLES; k++) {
+        if (!tables[k])
+            continue;
+        int scalar = tables[k] == ms_kernels_scalar();
+        if (scalar && round > 0)
+            continue;
+        for (int f = 0; f < MS_WFMT_COUNT; f++) {
+            ms_mat m = mats[f].m;
+            if (scalar)
+                m.rows /= 16;
+            for (int thr = 1; thr <= 2; thr++) {
+                omp_set_num_threads(thr);
+                best[k][f][thr - 1][0] = min_d(best[k][f][thr - 1][0],
+                                               time_matmul(tables[k], &m, X, 1, Y));
+                if (!scalar)
+                    best[k][f][thr - 1][1] = min_d(best[k][f][thr - 1][1],
+                                                   time_matmul(tables[k], &m, X, BATCH, Y));
+            }
+        }
+    }
+}
+
+static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, times best,
+                        const double *bw)
+{
+    printf("%-7s %-10s %3s | %9s %8s %7s | %-12s %8s\n", "table", "format", "thr",
+           "mv GB/s", "GFLOP/s", "floor x", "mm n=8 GB/s", "GFLOP/s");
+    for (int f = 0; f < MS_WFMT_COUNT; f++) {
+        for (int k = 0; k < N_TABLES; k++) {
+            if (!tables[k])
+                continue;
+            int scalar = tables[k] == ms_kernels_scalar();
+            ms_mat m = mats[f].m;
+            if (scalar)
+                m.rows /= 16;
+            double bytes = (double)ms_mat_bytes(&m), flops = 2.0 * (double)m.rows * COLS;
+            for (int thr = 1; thr <= 2; thr++) {
+                double t = best[k][f][thr - 1][0], tb = best[k][f][thr - 1][1];
+                printf("%-7s %-10s %3d | %9.1f %8.1f %7.2f | ", tables[k]->name,
+                       fmt_name((ms_wfmt)f), thr, bytes / t / 1e9, flops / t / 1e9,
+                       t / (bytes / (bw[thr - 1] * 1e9)));
+                if (scalar)
+                    printf("%-12s %8s\n", "-", "-");
+                else
+                    printf("%-12.1f %8.1f\n", bytes / tb / 1e9, BATCH * flops / tb / 1e9);
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 512, bytes = mib << 20;
+    bench_mat mats[MS_WFMT_COUNT];
+    char *copy = malloc(bytes);
+    float *X = aligned_alloc(64, BATCH * COLS * sizeof(float));
+    float *Y = malloc(2 * bytes / COLS * BATCH * sizeof(float)); /* rows <= 2 * bytes/COLS */
+    if (!copy || !X || !Y || make_mats(mats, bytes) != 0) {
+        fprintf(stderr, "cannot allocate %zu MiB x 6\n", mib);
+        return 1;
+    }
+    memset(copy, 2, bytes);
+    for (int i = 0; i < BATCH * COLS; i++)
+        X[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
+    const ms_kernel_ops *tables[N_TABLES] = {ms_kernels_scalar(), ms_kernels_avx2(),
+                                             ms_kernels_avx512()};
+    times best;
+    double copy_t[2] = {1e30, 1e30};
+    for (int k = 0; k < N_TABLES; k++)
+        for (int f = 0; f < MS_WFMT_COUNT; f++)
+            for (int i = 0; i < 4; i++)
+                best[k][f][i / 2][i % 2] = 1e30;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int thr = 1; thr <= 2; thr++)
+            copy_t[thr - 1] = min_d(copy_t[thr - 1],
+                                    memcpy_time(copy, (const char *)mats[0].w, bytes, thr));
+        run_round(tables, mats, X, Y, round, best);
+    }
+    double bw[2] = {2.0 * (double)bytes / copy_t[0] / 1e9, 2.0 * (double)bytes / copy_t[1] / 1e9};
+    printf("memcpy (read + write): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw[0], bw[1]);
+    printf("matrices: %zu MiB of weights, %d columns; floor x = time / (bytes / memcpy); "
+           "best of %d interleaved rounds\n\n", mib, COLS, ROUNDS);
+    print_table(tables, mats, best, bw);
+    for (int f = 0; f < MS_WFMT_COUNT; f++) {
+        free(mats[f].w);
+        free(mats[f].scale);
+    }
+    free(copy);
+    free(X);
+    free(Y);
+    return 0;
+}
