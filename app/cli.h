@@ -26,5 +26,7 @@ int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_render(int argc, char **argv);
 
 #endif

@@ -26,8 +26,8 @@ int cmd_replay(int argc, char **argv)
             return cli_usage_error("replay", "unexpected argument \"%s\"", argv[i]);
         }
     }
-    if (!path || (!slots && !ram))
-        return cli_usage_error("replay", "needs TRACE and --slots N or --ram SIZE");
+    if (!path)
+        return cli_usage_error("replay", "needs a TRACE file");
     ms_error err = {0};
     ms_replay_result r;
     if (ms_replay(path, slots, ram, &r, &err))

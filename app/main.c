@@ -19,9 +19,14 @@ static const struct {
      "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--feed N] [--dump DIR] "
      "[--threads N]\n                [same placement options as run]"},
     {"inspect", cmd_inspect, "inspect MODEL_DIR"},
+    {"render", cmd_render,
+     "render --family MODEL_TYPE --messages FILE.json [--no-generation-prompt] "
+     "[--thinking on|off] [--reasoning-effort E] [--date YYYY-MM-DD]"},
     {"synth", cmd_synth,
      "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},
-    {"replay", cmd_replay, "replay TRACE (--ram SIZE | --slots N)"},
+    {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},
+    {"bench", cmd_bench,
+     "bench MODEL_DIR [--prompt N] [-n N] [--disk N] [--trace FILE] [placement options]"},
 };
 
 static int usage(FILE *out)

@@ -114,6 +114,21 @@ typedef struct ms_stats {
 
 /* One line: where experts live (policy, budget, slots, I/O backend). */
 const char *ms_engine_placement(const ms_engine *eng);
+
+/* What the benchmark needs to know about the expert tier. */
+typedef struct ms_expert_info {
+    int n_layers, n_experts, n_used;
+    uint64_t expert_bytes;       /* one expert */
+    uint64_t slot_bytes;         /* cache slot (aligned reads), 0 for the page cache */
+    int slots;                   /* cache slots, 0 for the page cache */
+    uint64_t dense_bytes;
+} ms_expert_info;
+int ms_engine_expert_info(const ms_engine *eng, ms_expert_info *out);
+
+/* Disk bandwidth (bytes/s) reading n whole experts, `depth` at a time, with
+ * O_DIRECT where the filesystem allows it. The cache is not touched. */
+int ms_engine_disk_probe(const ms_engine *eng, int n, int depth, double *bytes_per_s,
+                         ms_error *err);
 void ms_session_stats(const ms_session *s, ms_stats *out);
 
 /* Sampling. temperature 0 is greedy (argmax, lowest id on ties); top_k 0,
@@ -163,7 +178,8 @@ const char *ms_synth_name(int i);
 /* Offline replay of an expert routing trace (written with trace_path):
  * hit rates of LRU and of the optimum (Belady: evict the expert next used
  * furthest in the future) for a cache of `slots` experts, or of `ram` bytes
- * divided by the trace's slot size when slots is 0. */
+ * divided by the trace's slot size when slots is 0, or of the engine's own
+ * cache when both are 0. */
 typedef struct ms_replay_result {
     int64_t requests, slots;
     double lru_hit, opt_hit;   /* fractions in [0, 1] */
@@ -177,7 +193,87 @@ int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_resu
  * then exits with status 1. Front ends call it once at start. */
 void ms_install_fault_handler(void);
 
+/* ---- chat formats ---------------------------------------------------------- */
+
+typedef struct ms_chat_msg {
+    const char *role;       /* "system", "developer", "user" or "assistant" */
+    const char *content;
+    const char *reasoning;  /* assistant: its analysis / think text, or NULL */
+} ms_chat_msg;
+
+typedef struct ms_chat_opts {
+    int add_generation_prompt;
+    int thinking;                 /* qwen3_moe, longcat_flash: 1 on, 0 off, -1 default */
+    const char *reasoning_effort; /* gpt_oss: "low", "medium" (default), "high" */
+    const char *date;             /* gpt_oss: "YYYY-MM-DD"; NULL = today */
+} ms_chat_opts;
+
+/* Renders msgs in the chat format of a family (model_type) as its released
+ * chat_template does. *out is malloc'd, NUL-terminated; the caller frees. */
+int ms_chat_render(const char *family, const ms_chat_msg *msgs, int n, const ms_chat_opts *o,
+                   char **out, ms_error *err);
+
+/* Splits a response, as it streams, into reasoning and answer: feed decoded
+ * text pieces; emit() receives classified text (never the format's markers). */
+enum ms_chat_channel { MS_CHAT_ANSWER = 0, MS_CHAT_REASONING = 1 };
+typedef struct ms_chat_parser ms_chat_parser;
+int ms_chat_parser_open(const char *family, int thinking, ms_chat_parser **out,
+                        ms_error *err);
+void ms_chat_parser_close(ms_chat_parser *p);
+void ms_chat_parser_feed(ms_chat_parser *p, const char *text, size_t len,
+                         void (*emit)(void *ctx, int channel, const char *s, size_t n),
+                         void *ctx);
+
 /* The kernel path chosen for this CPU ("avx512", "avx2", "scalar"). */
 const char *ms_kernel_path(void);
+
+/* ---- Tokenizer ------------------------------------------------------------------
+ * Byte-level BPE read from MODEL_DIR/tokenizer.json, token-exact with the
+ * Hugging Face tokenizers library's encode(text, add_special_tokens=False):
+ * added/special-token strings in the text match as those tokens; no BOS/EOS
+ * is added. Text is bytes: ill-formed UTF-8 is read as Rust's
+ * String::from_utf8_lossy reads it (each maximal ill-formed subsequence
+ * becomes U+FFFD), since the reference only takes valid Unicode strings.
+ * A tokenizer is read-only after open: several threads may encode and decode
+ * with it at once. Arrays and strings handed to the caller are freed with free(). */
+typedef struct ms_tokenizer ms_tokenizer;
+
+/* Opens MODEL_DIR/tokenizer.json; refuses a missing file or a field this
+ * implementation does not support with an error naming the file and field. */
+int ms_tokenizer_open(const char *model_dir, ms_tokenizer **out, ms_error *err);
+void ms_tokenizer_close(ms_tokenizer *tok);
+
+/* Number of ids: 1 + the highest id of the vocabulary and the added tokens. */
+int32_t ms_tokenizer_n_ids(const ms_tokenizer *tok);
+
+/* Id of a token string, added tokens first, then the model vocabulary (as
+ * HF's token_to_id), e.g. "<|return|>"; -1 when there is none. */
+int32_t ms_tokenizer_token_id(const ms_tokenizer *tok, const char *token);
+
+/* Encodes len bytes of text into *ids (*n_ids of them). parse_special != 0:
+ * special-token strings in the text become their ids (HF's default); 0:
+ * they are read as plain text (added tokens not marked special still match). */
+int ms_tokenizer_encode(const ms_tokenizer *tok, const char *text, size_t len,
+                        int parse_special, int32_t **ids, int64_t *n_ids, ms_error *err);
+
+/* Decodes ids into *text (*len bytes, NUL-terminated): the bytes of each
+ * token (ByteLevel inverse; added tokens as their content). The bytes are
+ * raw: a multi-byte character cut by the end of the list is left cut.
+ * Fails with MS_E_ARG on an id that has no token. */
+int ms_tokenizer_decode(const ms_tokenizer *tok, const int32_t *ids, int64_t n,
+                        char **text, size_t *len, ms_error *err);
+
+/* Streaming decode, for printing tokens as they are generated: each push
+ * returns the text that became complete (only whole UTF-8 characters; the
+ * bytes of a character still being spelled are held back; an ill-formed
+ * sequence comes out as U+FFFD). *text stays valid until the next call.
+ * flush returns what is held (as U+FFFD) at the end of the stream. The
+ * concatenated output equals the lossy UTF-8 reading of ms_tokenizer_decode.
+ * The tokenizer must outlive the stream. */
+typedef struct ms_detok ms_detok;
+int ms_detok_open(const ms_tokenizer *tok, ms_detok **out, ms_error *err);
+int ms_detok_push(ms_detok *d, int32_t id, const char **text, size_t *len, ms_error *err);
+void ms_detok_flush(ms_detok *d, const char **text, size_t *len);
+void ms_detok_close(ms_detok *d);
 
 #endif

@@ -33,28 +33,62 @@ static int read_u64(const char *path, uint64_t *v)
     return 0;
 }
 
-/* cgroup v2 limit headroom for the cgroup in /proc/self/cgroup ("0::/path"). */
+/* Headroom (limit - usage) of a cgroup directory and all its ancestors up to
+ * `root`, the tightest one; 0 when none has a limit. */
+static uint64_t headroom_up(const char *root, const char *rel, const char *limit_file,
+                            const char *usage_file)
+{
+    char path[1200], dir[1000];
+    uint64_t best = 0;
+    snprintf(dir, sizeof dir, "%s", rel);
+    for (;;) {
+        uint64_t max, cur;
+        snprintf(path, sizeof path, "%s%s/%s", root, dir, limit_file);
+        /* v1 writes a huge number for "no limit" */
+        if (read_u64(path, &max) == 0 && max < (1ull << 60)) {
+            snprintf(path, sizeof path, "%s%s/%s", root, dir, usage_file);
+            if (read_u64(path, &cur))
+                cur = 0;
+            uint64_t h = max > cur ? max - cur : 1;
+            best = !best || h < best ? h : best;
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || !dir[0] || !strcmp(dir, "/"))
+            break;
+        *slash = 0;
+    }
+    return best;
+}
+
+/* The cgroup memory limit this process runs under: v2 ("0::/path") or the v1
+ * memory controller ("N:memory:/path"). */
 static uint64_t cgroup_headroom(void)
 {
     FILE *f = fopen("/proc/self/cgroup", "r");
     if (!f)
         return 0;
-    char line[1024], rel[900] = "";
-    while (fgets(line, sizeof line, f))
+    char line[1024], v2[900] = "", v1[900] = "";
+    int have_v1 = 0, have_v2 = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
         if (strncmp(line, "0::", 3) == 0) {
-            snprintf(rel, sizeof rel, "%.899s", line + 3);
-            rel[strcspn(rel, "\n")] = 0;
+            snprintf(v2, sizeof v2, "%.899s", line + 3);
+            have_v2 = 1;
         }
+        const char *m = strstr(line, ":memory:");
+        if (m) {
+            snprintf(v1, sizeof v1, "%.899s", m + 8);
+            have_v1 = 1;
+        }
+    }
     fclose(f);
-    char path[1100];
-    uint64_t max, cur;
-    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", rel);
-    if (read_u64(path, &max))
-        return 0;
-    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", rel);
-    if (read_u64(path, &cur))
-        cur = 0;
-    return max > cur ? max - cur : 1;
+    uint64_t h = 0;
+    if (have_v1)
+        h = headroom_up("/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes",
+                        "memory.usage_in_bytes");
+    if (!h && have_v2)
+        h = headroom_up("/sys/fs/cgroup", v2, "memory.max", "memory.current");
+    return h;
 }
 
 uint64_t ms_mem_available(void)

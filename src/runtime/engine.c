@@ -19,11 +19,11 @@ static int64_t kv_bytes_per_token(const ms_model *m)
     return b;
 }
 
-/* Default context: the config's maximum up to 16k tokens, capped so that the
+/* Default context: the config's maximum up to 8k tokens, capped so that the
  * full-attention KV cache fits in an eighth of the memory available now. */
 static int64_t default_ctx(const ms_model *m, int quiet)
 {
-    int64_t per = kv_bytes_per_token(m), ctx = m->max_ctx < 16384 ? m->max_ctx : 16384;
+    int64_t per = kv_bytes_per_token(m), ctx = m->max_ctx < 8192 ? m->max_ctx : 8192;
     uint64_t avail = ms_mem_available();
     if (per > 0 && avail) {
         int64_t cap = (int64_t)(avail / 8 / (uint64_t)per);
@@ -89,6 +89,7 @@ static int load_model(ms_engine *eng, ms_err *err)
         }
     }
     eng->dense_bytes = b.bytes[MS_ROLE_DENSE] + b.bytes[MS_ROLE_EMBED];
+    eng->embed_bytes = b.bytes[MS_ROLE_EMBED];
     eng->dense = b.dense;
     eng->n_dense = b.n_dense;
     b.dense = NULL;
@@ -133,7 +134,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     ms_expert_opts eo = {.policy = MS_EXPERTS_PAGECACHE, .io_threads = o->io_threads,
                          .buffered = o->buffered};
     if (place == MS_PLACE_CACHE) {
-        uint64_t used = eng->dense_bytes + kv + reserve;
+        uint64_t used = eng->dense_bytes - eng->embed_bytes + kv + reserve;
         eo.policy = MS_EXPERTS_CACHE;
         eo.budget = o->ram > 0 ? (uint64_t)o->ram : avail > used ? avail - used : 0;
         eo.slots = o->cache_slots;
@@ -203,6 +204,30 @@ void ms_engine_close(ms_engine *eng)
 const ms_model_info *ms_engine_info(const ms_engine *eng)
 {
     return &eng->info;
+}
+
+int ms_engine_expert_info(const ms_engine *eng, ms_expert_info *out)
+{
+    const ms_model *m = eng->model;
+    memset(out, 0, sizeof *out);
+    out->dense_bytes = eng->dense_bytes;
+    if (!m->experts)
+        return -1;
+    out->n_layers = m->n_layers;
+    out->n_experts = m->n_experts;
+    out->n_used = m->n_experts_used;
+    out->expert_bytes = ms_expert_bytes(m->experts, 0, 0);
+    out->slot_bytes = ms_expert_store_slot_bytes(m->experts);
+    out->slots = ms_expert_store_slots(m->experts);
+    return 0;
+}
+
+int ms_engine_disk_probe(const ms_engine *eng, int n, int depth, double *bytes_per_s,
+                         ms_error *err)
+{
+    if (!eng->model->experts)
+        return ms_err_set(err, MS_E_ARG, "disk probe: the model has no routed experts");
+    return ms_expert_store_probe(eng->model->experts, eng->ck, n, depth, bytes_per_s, err);
 }
 
 const char *ms_engine_placement(const ms_engine *eng)

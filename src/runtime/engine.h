@@ -21,6 +21,7 @@ struct ms_engine {
     int64_t default_ctx;
     int n_threads;
     uint64_t dense_bytes;    /* resident weights, embeddings included */
+    uint64_t embed_bytes;    /* of which embeddings (one row per token: not pinned) */
     ms_span *dense;          /* spans of the dense weights (pinned when experts stream) */
     int n_dense;
     uint64_t pinned_bytes;

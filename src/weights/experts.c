@@ -68,8 +68,8 @@ struct ms_expert_store {
     int b_layer, b_n, b_done;
     batch_entry *b;
     ms_expert_stats st;
-    int pred_layer, pred_n;         /* the last prediction, checked at that layer's batch */
-    int32_t *pred;
+    int pred_layer;                 /* the layer predictions were made for, or -1 */
+    uint8_t *pred;                  /* [n_experts]: predicted for pred_layer */
     FILE *trace;
     char desc[256];
     ms_mat page_views[MS_EXPERT_MAX_MATS];
@@ -533,10 +533,11 @@ int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, in
             fprintf(st->trace, " %d", ids[i]);
         fprintf(st->trace, "\n");
     }
-    if (st->pred_layer == layer) {
-        for (int j = 0; j < st->pred_n; j++)
-            for (int i = 0; i < n; i++)
-                st->st.prefetch_correct += ids[i] == st->pred[j];
+    if (st->pred_layer == layer) { /* score the predictions made for this layer */
+        for (int e = 0; e < st->n_experts; e++)
+            st->st.prefetch_predicted += st->pred[e];
+        for (int i = 0; i < n; i++)
+            st->st.prefetch_correct += st->pred[ids[i]];
         st->pred_layer = -1;
     }
     ms_usage_visit(&st->usage, layer, ids, n);
@@ -664,10 +665,12 @@ void ms_expert_prefetch(ms_expert_store *st, int layer, const int32_t *ids, int 
 {
     if (layer < 0 || layer >= st->n_layers || n > st->n_experts)
         return;
+    if (st->pred_layer != layer)
+        memset(st->pred, 0, (size_t)st->n_experts);
     st->pred_layer = layer;
-    st->pred_n = n;
-    memcpy(st->pred, ids, sizeof *ids * (size_t)n);
-    st->st.prefetch_predicted += n;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < st->n_experts)
+            st->pred[ids[i]] = 1;
     if (st->policy == MS_EXPERTS_PAGECACHE) {
         for (int i = 0; i < n; i++) {
             const ms_span *sp = &st->spans[2 * idx(st, layer, ids[i])];
@@ -691,4 +694,89 @@ void ms_expert_prefetch(ms_expert_store *st, int layer, const int32_t *ids, int 
         st->slots[v].prefetched = 1;
         st->st.prefetch_issued++;
     }
+}
+
+/* ---- disk probe --------------------------------------------------------------- */
+
+int ms_expert_store_probe(const ms_expert_store *st, const ms_checkpoint *ck, int n, int depth,
+                          double *bytes_per_s, ms_err *err)
+{
+    seg segs[MAX_SEGS];
+    int ns, nf = ck->n_files, rc = -1;
+    uint64_t max = 0;
+    for (int l = 0; l < st->n_layers; l++)
+        for (int e = 0; e < st->n_experts; e++) {
+            uint64_t b = plan(st, l, e, segs, &ns);
+            max = b > max ? b : max;
+        }
+    int total = st->n_layers * st->n_experts;
+    n = n < total ? n : total;
+    depth = depth < n ? depth : n;
+    int *fd = calloc((size_t)nf, sizeof *fd);
+    uint8_t *buf = NULL;
+    ms_io *io = NULL;
+    ms_io_req *req = calloc((size_t)depth * MAX_SEGS, sizeof *req);
+    int *rem = calloc((size_t)depth, sizeof *rem); /* segments in flight per buffer */
+    if (!fd || !req || !rem || posix_memalign((void **)&buf, ALIGN, (size_t)depth * max)) {
+        ms_err_set(err, MS_E_NOMEM, "disk probe buffers");
+        goto out;
+    }
+    for (int f = 0; f < nf; f++) {
+        fd[f] = open(ck->files[f].path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (fd[f] < 0)
+            fd[f] = ck->files[f].fd;
+    }
+    if (ms_io_open_uring(depth * MAX_SEGS, &io, err) && ms_io_open_threads(depth, &io, err))
+        goto out;
+    uint64_t bytes = 0;
+    double t0 = ms_now();
+    /* experts visited with a stride coprime to the count: spread, distinct */
+    int stride = 7919 % total ? 7919 % total : 1, next = 0, done = 0, inflight = 0;
+    while (done < n) {
+        while (inflight < depth && next < n) {
+            int k = (int)(((int64_t)next * stride) % total), b = -1;
+            while (rem[++b]) /* a free buffer exists: inflight < depth */
+                ;
+            uint8_t *dst = buf + (size_t)b * max;
+            plan(st, k / st->n_experts, k % st->n_experts, segs, &ns);
+            rem[b] = ns;
+            for (int g = 0; g < ns; g++) {
+                ms_io_req *r = &req[b * MAX_SEGS + g];
+                *r = (ms_io_req){fd[segs[g].file], segs[g].off, segs[g].len, dst + segs[g].dst, 0,
+                                 (void *)(intptr_t)b};
+                if (ms_io_submit(io, r, err))
+                    goto out;
+            }
+            next++;
+            inflight++;
+        }
+        ms_io_req *d[64];
+        int got = ms_io_wait(io, d, 64, 1, err);
+        if (got < 0)
+            goto out;
+        for (int i = 0; i < got; i++) {
+            if (d[i]->res < 0) {
+                ms_err_set(err, MS_E_IO, "disk probe: read failed: %s", strerror((int)-d[i]->res));
+                goto out;
+            }
+            bytes += (uint64_t)d[i]->res;
+            if (--rem[(intptr_t)d[i]->user] == 0) {
+                done++;
+                inflight--;
+            }
+        }
+    }
+    *bytes_per_s = (double)bytes / (ms_now() - t0);
+    rc = 0;
+out:
+    ms_io_close(io);
+    if (fd)
+        for (int f = 0; f < nf; f++)
+            if (fd[f] >= 0 && fd[f] != ck->files[f].fd)
+                close(fd[f]);
+    free(fd);
+    free(req);
+    free(rem);
+    free(buf);
+    return rc;
 }

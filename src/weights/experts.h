@@ -63,7 +63,7 @@ typedef struct ms_expert_opts {
 typedef struct ms_expert_stats {
     int64_t requests, hits;          /* demand requests; hits = already cached or loading */
     int64_t bytes_read;              /* bytes read from disk into slots */
-    int64_t prefetch_predicted;      /* experts predicted for the next layer */
+    int64_t prefetch_predicted;      /* distinct experts predicted for the next layer */
     int64_t prefetch_correct;        /* ... that the layer then asked for */
     int64_t prefetch_issued, prefetch_used; /* reads started by prefetch; later hit */
     int64_t prefetch_wasted_bytes;   /* prefetched, evicted unused */
@@ -107,6 +107,12 @@ void ms_expert_store_trace(ms_expert_store *st, FILE *f);
 uint64_t ms_expert_bytes(const ms_expert_store *st, int layer, int e);
 /* Sum over all registered experts. */
 uint64_t ms_expert_total_bytes(const ms_expert_store *st);
+
+/* Disk bandwidth at expert-sized reads: reads n distinct experts (spread over
+ * layers) with O_DIRECT where possible, `depth` at a time, through a fresh
+ * io_uring, into scratch memory (the cache is not touched). */
+int ms_expert_store_probe(const ms_expert_store *st, const ms_checkpoint *ck, int n, int depth,
+                          double *bytes_per_s, ms_err *err);
 
 ms_expert_policy ms_expert_store_policy(const ms_expert_store *st);
 /* One line describing policy, budget, slots and backend. */

@@ -14,6 +14,7 @@ typedef struct trace {
     int32_t *batch;        /* batch index per request */
     int n_keys, n_layers, n_experts;
     uint64_t slot_bytes;
+    int64_t slots;          /* the cache size the engine ran with (header) */
 } trace;
 
 static int push(trace *t, int32_t key, int32_t batch)
@@ -43,14 +44,17 @@ static int load(const char *path, trace *t, ms_err *err)
     char line[1 << 16];
     int layers = 0, experts = 0, lineno = 0, nb = 0, rc = 0;
     unsigned long long slot = 0, eb = 0;
+    long long hslots = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         lineno++;
         if (line[0] == '#') {
             if (sscanf(line, "# moestream expert trace v1 layers=%d experts=%d slot_bytes=%llu "
-                       "expert_bytes=%llu", &layers, &experts, &slot, &eb) < 4)
+                       "expert_bytes=%llu slots=%lld", &layers, &experts, &slot, &eb,
+                       &hslots) < 4)
                 rc = ms_err_set(err, MS_E_FORMAT, "%s:%d: not a moestream trace header", path,
                                 lineno);
             t->slot_bytes = slot ? slot : (eb + 4095) / 4096 * 4096;
+            t->slots = hslots;
             continue;
         }
         char *p = line;
@@ -197,6 +201,8 @@ int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_resu
     trace t = {0};
     memset(out, 0, sizeof *out);
     int rc = load(trace_path, &t, err);
+    if (rc == 0 && slots <= 0 && ram <= 0)
+        slots = t.slots; /* the budget the engine itself ran with */
     if (rc == 0 && slots <= 0)
         slots = t.slot_bytes ? (int64_t)((uint64_t)ram / t.slot_bytes) : 0;
     if (rc == 0 && slots <= 0)

@@ -1,0 +1,189 @@
+/* moestream bench: prefill and decode speed with the expert-tier statistics,
+ * the disk's bandwidth at expert-sized reads, and (with --trace) the hit
+ * rate of the optimum for the same cache. Prints a table; asserts nothing. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sysmem.h"
+#include "cli.h"
+
+typedef struct bench_opts {
+    const char *model, *trace;
+    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk;
+    int placement, no_prefetch, buffered;
+} bench_opts;
+
+static int parse(int argc, char **argv, bench_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->prompt = 64;
+    o->n = 32;
+    for (int i = 1; i < argc; i++) {
+        int miss = 0;
+        const char *v;
+        struct { const char *name; int64_t *dst, lo, hi; } nums[] = {
+            {"--prompt", &o->prompt, 1, 1 << 20}, {"-n", &o->n, 1, 1 << 20},
+            {"--threads", &o->threads, 1, 1024},  {"--ctx", &o->ctx, 1, INT64_C(1) << 40},
+            {"--io-threads", &o->io_threads, 1, 256},
+            {"--cache-slots", &o->cache_slots, 1, INT32_MAX}, {"--disk", &o->disk, 1, 100000},
+        };
+        int done = 0;
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++)
+            if ((v = cli_value(argc, argv, &i, nums[k].name, &miss))) {
+                if (cli_parse_i64(v, nums[k].lo, nums[k].hi, nums[k].dst))
+                    return cli_usage_error("bench", "%s expects an integer, got \"%s\"",
+                                           nums[k].name, v);
+                done = 1;
+            }
+        if (done)
+            continue;
+        if ((v = cli_value(argc, argv, &i, "--trace", &miss))) o->trace = v;
+        else if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
+            if ((o->ram = ms_parse_size(v)) <= 0)
+                return cli_usage_error("bench", "--ram expects a size like 6G");
+        } else if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
+            o->placement = !strcmp(v, "pagecache") ? MS_PLACE_PAGECACHE
+                         : !strcmp(v, "cache") ? MS_PLACE_CACHE : MS_PLACE_AUTO;
+        } else if (miss) return cli_usage_error("bench", "%s needs a value", argv[i]);
+        else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
+        else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
+        else if (argv[i][0] == '-') return cli_usage_error("bench", "unknown option %s", argv[i]);
+        else if (!o->model) o->model = argv[i];
+        else return cli_usage_error("bench", "unexpected argument \"%s\"", argv[i]);
+    }
+    return o->model ? 0 : cli_usage_error("bench", "missing MODEL_DIR");
+}
+
+/* Pseudo-random prompt ids below the vocabulary (fixed, so runs compare). */
+static void make_prompt(int32_t *ids, int64_t n, int32_t vocab)
+{
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)(vocab > 256 ? vocab - 256 : vocab));
+    }
+}
+
+static void row(const char *what, const char *value)
+{
+    printf("| %-40s | %-32s |\n", what, value);
+}
+
+static void print_phase(const char *name, int64_t tokens, double secs, const ms_stats *a,
+                        const ms_stats *b)
+{
+    char v[128];
+    snprintf(v, sizeof v, "%.3f tok/s (%.1f ms/token)", secs > 0 ? tokens / secs : 0.0,
+             tokens ? 1e3 * secs / tokens : 0.0);
+    char w[64];
+    snprintf(w, sizeof w, "%s, %lld tokens", name, (long long)tokens);
+    row(w, v);
+    int64_t req = b->expert_requests - a->expert_requests;
+    if (!req)
+        return;
+    snprintf(v, sizeof v, "%.2f MB/token", (b->bytes_read - a->bytes_read) / 1e6 / tokens);
+    snprintf(w, sizeof w, "  %s: bytes read from disk", name);
+    row(w, v);
+    snprintf(v, sizeof v, "%.1f%% of %lld requests",
+             100.0 * (b->expert_hits - a->expert_hits) / req, (long long)req);
+    snprintf(w, sizeof w, "  %s: expert cache hit rate", name);
+    row(w, v);
+    snprintf(v, sizeof v, "%.1f ms/token", 1e3 * (b->t_io_wait - a->t_io_wait) / tokens);
+    snprintf(w, sizeof w, "  %s: waiting on reads", name);
+    row(w, v);
+    int64_t pp = b->prefetch_predicted - a->prefetch_predicted;
+    if (pp) {
+        snprintf(v, sizeof v, "%.1f%%, %.1f MB wasted",
+                 100.0 * (b->prefetch_correct - a->prefetch_correct) / pp,
+                 (b->prefetch_wasted_bytes - a->prefetch_wasted_bytes) / 1e6);
+        snprintf(w, sizeof w, "  %s: prefetch accuracy", name);
+        row(w, v);
+    }
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    ms_error err = {0};
+    ms_engine_opts eo = {.n_threads = (int)o.threads,
+                         .ctx = o.ctx ? o.ctx : o.prompt + o.n + 1, .placement = o.placement,
+                         .ram = o.ram, .io_threads = (int)o.io_threads,
+                         .cache_slots = (int)o.cache_slots, .no_prefetch = o.no_prefetch,
+                         .buffered = o.buffered, .trace_path = o.trace};
+    ms_engine *eng = NULL;
+    ms_session *s = NULL;
+    int32_t *ids = NULL;
+    rc = 1;
+    if (ms_engine_open(o.model, &eo, &eng, &err))
+        goto out;
+    const ms_model_info *info = ms_engine_info(eng);
+    ms_session_opts so = {.ctx = o.ctx ? o.ctx : o.prompt + o.n + 1};
+    ids = malloc(sizeof *ids * (size_t)(o.prompt + o.n));
+    if (!ids || ms_session_open(eng, &so, &s, &err))
+        goto out;
+    make_prompt(ids, o.prompt, info->vocab_size);
+    ms_stats s0, s1, s2;
+    ms_session_stats(s, &s0);
+    if (ms_session_eval(s, ids, o.prompt, NULL, &err))
+        goto out;
+    ms_session_stats(s, &s1);
+    for (int64_t i = 0; i < o.n; i++) {
+        const float *l = ms_session_logits(s);
+        int32_t best = 0;
+        for (int32_t v = 1; v < info->vocab_size; v++)
+            best = l[v] > l[best] ? v : best;
+        if (ms_session_eval(s, &best, 1, NULL, &err))
+            goto out;
+    }
+    ms_session_stats(s, &s2);
+    printf("| %-40s | %-32s |\n|%s|%s|\n", "moestream bench", o.model,
+           "------------------------------------------", "----------------------------------");
+    row("family", info->family);
+    row("experts", ms_engine_placement(eng));
+    print_phase("prefill", o.prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
+    print_phase("decode", o.n, s2.t_decode - s1.t_decode, &s1, &s2);
+    char v[128];
+    double busy = s2.t_attn + s2.t_experts + s2.t_head + s2.t_other;
+    snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,
+             100 * s2.t_experts / busy, 100 * s2.t_head / busy);
+    row("time split (all tokens)", v);
+    ms_expert_info ei;
+    if (o.disk && ms_engine_expert_info(eng, &ei) == 0) {
+        double bw;
+        if (ms_engine_disk_probe(eng, (int)o.disk, 4, &bw, &err))
+            goto out;
+        snprintf(v, sizeof v, "%.0f MB/s (%lld experts of %.1f MB, QD 4)", bw / 1e6,
+                 (long long)o.disk, ei.expert_bytes / 1e6);
+        row("disk read bandwidth", v);
+        double per = (double)(s2.bytes_read - s1.bytes_read) / (double)o.n;
+        snprintf(v, sizeof v, "%.1f ms/token", 1e3 * per / bw);
+        row("decode IO floor (bytes/token / disk)", v);
+    }
+    fflush(stdout);
+    rc = 0;
+out:
+    if (rc)
+        rc = cli_fail(&err);
+    ms_session_close(s);
+    ms_engine_close(eng);
+    free(ids);
+    if (rc == 0 && o.trace) {
+        ms_replay_result r;
+        /* the trace file is complete once the engine is closed; the replay
+         * uses the cache size the engine ran with (trace header) */
+        if (ms_replay(o.trace, 0, 0, &r, &err) == 0)
+            printf("| %-40s | engine %.1f%% LRU %.1f%% opt %.1f%% |\n",
+                   "replay: hit rate at the same budget", 100 * r.engine_hit, 100 * r.lru_hit,
+                   100 * r.opt_hit);
+        else
+            fprintf(stderr, "moestream bench: replay: %s\n", err.msg);
+    }
+    return rc;
+}

@@ -1,0 +1,75 @@
+/* moestream render: the chat prompt a conversation becomes, as text. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Reads [{"role", "content", "reasoning"?}, ...] from a JSON file. */
+static int read_messages(const char *path, json_t **root, ms_chat_msg **msgs, int *n,
+                         ms_error *err)
+{
+    json_error_t je;
+    *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!*root || !json_is_array(*root)) {
+        snprintf(err->msg, sizeof err->msg, "%s: expected a JSON list of messages (%s)", path,
+                 *root ? "not a list" : je.text);
+        err->code = MS_E_ARG;
+        return -1;
+    }
+    *n = (int)json_array_size(*root);
+    *msgs = calloc((size_t)*n + 1, sizeof **msgs);
+    for (int i = 0; *msgs && i < *n; i++) {
+        json_t *m = json_array_get(*root, (size_t)i);
+        (*msgs)[i].role = json_string_value(json_object_get(m, "role"));
+        (*msgs)[i].content = json_string_value(json_object_get(m, "content"));
+        (*msgs)[i].reasoning = json_string_value(json_object_get(m, "reasoning"));
+        if (!(*msgs)[i].role || !(*msgs)[i].content) {
+            snprintf(err->msg, sizeof err->msg, "%s: message %d needs string \"role\" and "
+                     "\"content\"", path, i);
+            err->code = MS_E_ARG;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cmd_render(int argc, char **argv)
+{
+    const char *family = NULL, *path = NULL, *effort = NULL, *date = NULL;
+    ms_chat_opts o = {.add_generation_prompt = 1, .thinking = -1};
+    for (int i = 1; i < argc; i++) {
+        int miss = 0;
+        const char *v;
+        if ((v = cli_value(argc, argv, &i, "--family", &miss))) family = v;
+        else if ((v = cli_value(argc, argv, &i, "--messages", &miss))) path = v;
+        else if ((v = cli_value(argc, argv, &i, "--reasoning-effort", &miss))) effort = v;
+        else if ((v = cli_value(argc, argv, &i, "--date", &miss))) date = v;
+        else if ((v = cli_value(argc, argv, &i, "--thinking", &miss))) {
+            if (strcmp(v, "on") && strcmp(v, "off"))
+                return cli_usage_error("render", "--thinking expects on or off");
+            o.thinking = !strcmp(v, "on");
+        } else if (miss) return cli_usage_error("render", "%s needs a value", argv[i]);
+        else if (!strcmp(argv[i], "--no-generation-prompt")) o.add_generation_prompt = 0;
+        else return cli_usage_error("render", "unexpected argument \"%s\"", argv[i]);
+    }
+    if (!family || !path)
+        return cli_usage_error("render", "needs --family MODEL_TYPE and --messages FILE");
+    o.reasoning_effort = effort;
+    o.date = date;
+    ms_error err = {0};
+    json_t *root = NULL;
+    ms_chat_msg *msgs = NULL;
+    char *text = NULL;
+    int n = 0, rc = 0;
+    if (read_messages(path, &root, &msgs, &n, &err) ||
+        ms_chat_render(family, msgs, n, &o, &text, &err))
+        rc = cli_fail(&err);
+    else
+        fputs(text, stdout);
+    free(text);
+    free(msgs);
+    json_decref(root);
+    return rc;
+}

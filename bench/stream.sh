@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Streaming benchmark (MISSION.md "Performance: how we measure").
+#
+#   bench/stream.sh [MODEL_DIR]      default: a synthetic gpt-oss-20b in /tmp/moestream-bench
+#
+# Runs, on the same model and prompt:
+#   1. resident: page-cache placement, no memory limit, warm (decode floor of compute);
+#   2. streaming: under shared/tools/memlimit $LIMIT (default 6G) with the shards
+#      evicted first (cold), engine cache + prefetch, routing trace recorded;
+#   3. the same without prefetch;
+# plus the disk's bandwidth at expert-sized reads, and prints the two ratios:
+#   decode time / max(IO floor, resident decode time)   (target <= 1.25)
+#   hit rate - optimum (Belady, same trace, same budget) (target within 5 points)
+# IO floor = bytes that must come from disk per token (the optimum's misses x
+# expert bytes) / disk bandwidth. Env: LIMIT, PROMPT (tokens), N (decode tokens).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${1:-/tmp/moestream-bench/gpt-oss-20b}
+LIMIT=${LIMIT:-6G}
+PROMPT=${PROMPT:-32}
+N=${N:-32}
+MEMLIMIT=${MEMLIMIT:-../shared/tools/memlimit}
+BIN=./moestream
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+[ -x "$BIN" ] || make -j2 >/dev/null
+if [ ! -f "$MODEL/config.json" ]; then
+  echo "writing a synthetic gpt-oss-20b to $MODEL (13.8 GB)..."
+  mkdir -p "$(dirname "$MODEL")"
+  $BIN synth --like gpt-oss-20b --out "$MODEL" --seed 1
+fi
+shards=("$MODEL"/*.safetensors)
+
+field() { sed -n "s/^| $1 *| \\(.*\\) |\$/\\1/p" "$2" | head -1; }
+num() { sed -n "s/^| $1 *| *\\([0-9.]*\\).*/\\1/p" "$2" | head -1; }
+
+echo "== resident (page cache, no limit, warm) =="
+$BIN bench "$MODEL" --experts pagecache --prompt "$PROMPT" -n "$N" >/dev/null 2>&1 # warm-up
+$BIN bench "$MODEL" --experts pagecache --prompt "$PROMPT" -n "$N" 2>/dev/null | tee "$OUT/resident"
+
+echo "== streaming: memlimit $LIMIT, cold, engine cache + prefetch =="
+$MEMLIMIT "$LIMIT" --evict "${shards[@]}" -- \
+  $BIN bench "$MODEL" --prompt "$PROMPT" -n "$N" --disk 64 --trace "$OUT/trace" 2>"$OUT/err" |
+  tee "$OUT/stream" || { cat "$OUT/err"; exit 1; }
+grep -h "moestream: experts" "$OUT/err" || true
+
+echo "== streaming: memlimit $LIMIT, cold, engine cache, no prefetch =="
+$MEMLIMIT "$LIMIT" --evict "${shards[@]}" -- \
+  $BIN bench "$MODEL" --prompt "$PROMPT" -n "$N" --no-prefetch --trace "$OUT/trace2" 2>/dev/null |
+  tee "$OUT/stream_np"
+
+res_ms=$(sed -n 's/^| decode, [0-9]* tokens *| [0-9.]* tok\/s (\([0-9.]*\) ms\/token).*/\1/p' "$OUT/resident")
+str_ms=$(sed -n 's/^| decode, [0-9]* tokens *| [0-9.]* tok\/s (\([0-9.]*\) ms\/token).*/\1/p' "$OUT/stream")
+np_ms=$(sed -n 's/^| decode, [0-9]* tokens *| [0-9.]* tok\/s (\([0-9.]*\) ms\/token).*/\1/p' "$OUT/stream_np")
+disk=$(sed -n 's/^| disk read bandwidth *| \([0-9.]*\) MB\/s.*/\1/p' "$OUT/stream")
+hit=$(sed -n 's/^|   decode: expert cache hit rate *| \([0-9.]*\)%.*/\1/p' "$OUT/stream")
+hit_np=$(sed -n 's/^|   decode: expert cache hit rate *| \([0-9.]*\)%.*/\1/p' "$OUT/stream_np")
+read_mb=$(sed -n 's/^|   decode: bytes read from disk *| \([0-9.]*\) MB.*/\1/p' "$OUT/stream")
+# decode-only optimum: replay the trace's decode batches (the last N per layer)
+L=$(sed -n 's/.* layers=\([0-9]*\).*/\1/p' "$OUT/trace" | head -1)
+{ head -1 "$OUT/trace"; tail -n $((N * L)) "$OUT/trace"; } >"$OUT/trace_decode"
+{ head -1 "$OUT/trace2"; tail -n $((N * L)) "$OUT/trace2"; } >"$OUT/trace2_decode"
+opt=$($BIN replay "$OUT/trace_decode" | sed -n 's/.*optimal (Belady) hit \([0-9.]*\)%.*/\1/p')
+eng_np=$($BIN replay "$OUT/trace2_decode" | sed -n 's/.*engine policy hit \([0-9.]*\)%.*/\1/p')
+opt_np=$($BIN replay "$OUT/trace2_decode" | sed -n 's/.*optimal (Belady) hit \([0-9.]*\)%.*/\1/p')
+req=$(tail -n $((N * L)) "$OUT/trace" | awk '{ n += NF - 2 } END { print n }')
+eb=$(sed -n 's/.* expert_bytes=\([0-9]*\).*/\1/p' "$OUT/trace" | head -1)
+
+awk -v res="$res_ms" -v str="$str_ms" -v np="$np_ms" -v disk="$disk" -v hit="$hit" \
+    -v hitnp="$hit_np" -v opt="$opt" -v engnp="$eng_np" -v optnp="$opt_np" -v req="$req" \
+    -v eb="$eb" -v n="$N" -v rd="$read_mb" 'BEGIN {
+  must = (1 - opt / 100) * req * eb / n / 1e6          # MB/token the optimum still reads
+  floor_io = must / disk * 1e3                          # ms/token
+  floor = floor_io > res ? floor_io : res
+  printf "\n| %-52s | %-14s |\n|%s|%s|\n", "streaming summary (decode)", "value",
+         "------------------------------------------------------", "----------------"
+  printf "| %-52s | %11.1f ms |\n", "resident decode (page cache, warm)", res
+  printf "| %-52s | %8.0f MB/s |\n", "disk bandwidth at expert-sized reads (QD 4)", disk
+  printf "| %-52s | %11.1f MB |\n", "bytes read per token (measured)", rd
+  printf "| %-52s | %11.1f MB |\n", "bytes that must be read per token (optimum)", must
+  printf "| %-52s | %11.1f ms |\n", "IO floor = optimum bytes / disk bandwidth", floor_io
+  printf "| %-52s | %11.1f ms |\n", "streaming decode, prefetch on", str
+  printf "| %-52s | %11.1f ms |\n", "streaming decode, prefetch off", np
+  printf "| %-52s | %14.2f |\n", "ratio: decode / max(IO floor, resident)  [<= 1.25]", str / floor
+  printf "| %-52s | %13.1f%% |\n", "hit rate, prefetch on (measured)", hit
+  printf "| %-52s | %13.1f%% |\n", "hit rate, prefetch off (measured)", hitnp
+  printf "| %-52s | %13.1f%% |\n", "optimum (Belady) on the prefetch-off trace", optnp
+  printf "| %-52s | %13.1f%% |\n", "engine policy replayed on the same trace", engnp
+  printf "| %-52s | %+13.1f |\n", "hit rate - optimum, prefetch off  [>= -5]", hitnp - optnp
+  printf "| %-52s | %+13.1f |\n", "hit rate - optimum, prefetch on   [>= -5]", hit - opt
+}'
