@@ -3,7 +3,7 @@
 # Build: gcc, make, jansson (JSON), liburing (io_uring). Tests and tools:
 # Python 3 with NumPy from Debian (oracle, tiny-checkpoint writer).
 set -euo pipefail
-pkgs=(build-essential pkg-config libjansson-dev liburing-dev python3 python3-numpy)
+pkgs=(build-essential pkg-config libjansson-dev liburing-dev python3 python3-numpy python3-jinja2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
