@@ -1,4 +1,4 @@
-/* The pre-norm decoder loop of the GQA families. */
+/* The pre-norm decoder loop of the GQA families and deepseek_v3. */
 #include "models/decoder.h"
 
 #include "models/ops.h"
@@ -18,12 +18,17 @@ int ms_decoder_init(ms_decoder *dec, ms_model *base, int64_t d, int64_t vocab, f
 int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err)
 {
     const ms_model *b = dec->base;
-    int64_t B = b->max_batch, d = dec->d, work = 0, E = 1, K = 1;
+    int64_t B = b->max_batch, d = dec->d, work = 0, E = 1, K = 1, shared = 0;
     for (int l = 0; l < b->n_layers; l++) {
         const ms_decoder_layer *L = &dec->layers[l];
-        int64_t w = ms_gqa_scratch(&L->attn, B);
+        int64_t w = L->use_mla ? ms_mla_scratch(&L->mla, B) : ms_gqa_scratch(&L->attn, B);
         if (L->is_moe) {
             int64_t m = ms_moe_scratch(&L->moe, B);
+            if (L->shared.d_ff) {
+                int64_t s = ms_mlp_scratch(L->shared.d_ff, B);
+                m = m > s ? m : s;
+                shared = B * d;
+            }
             w = w > m ? w : m;
             E = L->router.n_experts > E ? L->router.n_experts : E;
             K = L->router.top_k > K ? L->router.top_k : K;
@@ -38,10 +43,11 @@ int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err)
         {(void **)&dec->x, B * d},       {(void **)&dec->xn, B * d},
         {(void **)&dec->tmp, B * d},     {(void **)&dec->rlogits, B * E},
         {(void **)&dec->topw, B * K},    {(void **)&dec->topi, B * K},
-        {(void **)&dec->work, work},
+        {(void **)&dec->work, work},     {(void **)&dec->shared_out, shared},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (!(*bufs[i].p = ms_arena_alloc(a, (size_t)bufs[i].n * 4, "activations", err)))
+        if (bufs[i].n && !(*bufs[i].p = ms_arena_alloc(a, (size_t)bufs[i].n * 4, "activations",
+                                                       err)))
             return -1;
     return 0;
 }
@@ -58,6 +64,24 @@ static void head(ms_decoder *dec, const ms_fwd *f)
     ms_trace_f32(f->trace, dec->xn, n - first, d, "final_norm");
     ms_matmul(&dec->lm_head, dec->xn, (int)(n - first), f->logits);
     ms_trace_f32(f->trace, f->logits, n - first, dec->vocab, "logits");
+}
+
+/* Decode prefetch for the next MoE layer after l, from the residual x [d]
+ * after l's MoE: its norm, then its router, top-k. (Predicting earlier, from
+ * the pre-MoE residual, overlaps more but read 28% more bytes on the
+ * synthetic gpt-oss-20b under 6G: worse on a disk-bound run; docs/perf.md.)
+ * tmp: ms_moe_prefetch_scratch floats (the work area is free then). */
+static void prefetch_next(ms_decoder *dec, int l, const float *x, float *tmp)
+{
+    ms_model *b = dec->base;
+    for (int nl = l + 1; nl < b->n_layers; nl++) {
+        const ms_decoder_layer *N = &dec->layers[nl];
+        if (!N->is_moe)
+            continue;
+        ms_moe_prefetch_next(b->experts, nl, x, dec->d, N->ffn_norm, dec->eps, &N->router,
+                             tmp);
+        return;
+    }
 }
 
 /* x += moe(h) or mlp(h) for layer l, h = ffn_norm(x) already in xn. */
@@ -78,18 +102,16 @@ static int ffn(ms_decoder *dec, const ms_fwd *f, int l, ms_err *err)
         if (ms_moe_forward(&L->moe, b->experts, dec->xn, n, dec->topi, dec->topw, dec->tmp,
                            dec->work, err))
             return -1;
+        if (L->shared.d_ff) { /* upstream: routed sum + shared experts, then the residual */
+            ms_mlp_apply(&L->shared.gate, &L->shared.up, &L->shared.down, L->shared.d_ff,
+                         dec->xn, (int)n, dec->shared_out, dec->work);
+            ms_add(dec->tmp, dec->shared_out, n * d);
+        }
     }
     ms_add(dec->x, dec->tmp, n * d);
     ms_trace_f32(f->trace, dec->x, n, d, "L%d.moe_out", l);
-    /* decode: start reading the next MoE layer's likely experts now */
-    for (int nl = l + 1; b->prefetch && n == 1 && nl < b->n_layers; nl++) {
-        const ms_decoder_layer *N = &dec->layers[nl];
-        if (!N->is_moe)
-            continue;
-        ms_moe_prefetch_next(b->experts, nl, dec->x, d, N->ffn_norm, dec->eps, &N->router,
-                             dec->xn);
-        break;
-    }
+    if (b->prefetch && n == 1)
+        prefetch_next(dec, l, dec->x, dec->work);
     return 0;
 }
 
@@ -107,7 +129,10 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         t1 = ms_now();
         tm->other += t1 - t0;
         ms_rmsnorm(dec->x, L->attn_norm, dec->eps, n, d, dec->xn);
-        ms_gqa_forward(&L->attn, f, &f->kv[l], dec->xn, dec->tmp, dec->work);
+        if (L->use_mla)
+            ms_mla_forward(&L->mla, f, &f->kv[l], dec->xn, dec->tmp, dec->work);
+        else
+            ms_gqa_forward(&L->attn, f, &f->kv[l], dec->xn, dec->tmp, dec->work);
         ms_add(dec->x, dec->tmp, n * d);
         ms_trace_f32(f->trace, dec->x, n, d, "L%d.attn_out", l);
         t0 = ms_now();

@@ -1,13 +1,14 @@
-/* The pre-norm decoder shared by the GQA families (gpt_oss, qwen3_moe):
+/* The pre-norm decoder shared by gpt_oss, qwen3_moe and deepseek_v3:
  *
  *   x = embed(ids)
- *   per layer:  x += attn(rmsnorm(x, attn_norm))
+ *   per layer:  x += attn(rmsnorm(x, attn_norm))        GQA or MLA
  *               h  = rmsnorm(x, ffn_norm)
- *               x += moe(h, route(h))   or   x += mlp(h)
+ *               x += moe(h, route(h)) [+ shared(h)]   or   x += mlp(h)
  *   logits = lm_head(rmsnorm(x, final_norm))
  *
- * A family describes its layers with this struct (which attention options,
- * which router, which expert FFN, which layers are dense) and binds their
+ * A family describes its layers with this struct (which attention and its
+ * options, which router, which expert FFN, shared experts, which layers are
+ * dense) and binds their
  * weights; the loop, the scratch, the trace names (L<l>.attn_out,
  * L<l>.router_logits, L<l>.topk_ids, L<l>.topk_w, L<l>.moe_out, final_norm,
  * logits), the timers and the decode prefetch live here once. */
@@ -15,14 +16,19 @@
 #define MS_MODELS_DECODER_H
 
 #include "models/attention.h"
+#include "models/mla.h"
 #include "models/moe.h"
 
 typedef struct ms_decoder_layer {
     const float *attn_norm, *ffn_norm;  /* [d] */
+    int use_mla;                        /* attention: mla when set, else attn */
     ms_gqa attn;
+    ms_mla mla;
     int is_moe;
     ms_router router;                   /* is_moe */
     ms_moe moe;                         /* is_moe */
+    ms_mlp shared;                      /* is_moe: shared experts on the same input, added
+                                         * to the routed sum; d_ff 0 = none */
     ms_mlp mlp;                         /* dense layers */
 } ms_decoder_layer;
 
@@ -35,6 +41,7 @@ typedef struct ms_decoder {
     ms_decoder_layer *layers;           /* [n_layers] */
     /* scratch for max_batch positions */
     float *x, *xn, *tmp, *rlogits, *topw, *work;
+    float *shared_out;                  /* [max_batch][d] when a layer has shared experts */
     int32_t *topi;
 } ms_decoder;
 

@@ -88,6 +88,8 @@ typedef struct ms_family {
 /* The families this binary runs (listed in registry.c). */
 extern const ms_family ms_family_gpt_oss;
 extern const ms_family ms_family_qwen3_moe;
+extern const ms_family ms_family_deepseek_v3;
+extern const ms_family ms_family_longcat_flash;
 
 /* The family for a checkpoint's config.json model_type; an error listing
  * the supported ones otherwise. */

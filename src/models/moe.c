@@ -21,24 +21,60 @@ void ms_topk(const float *v, int n, int k, int32_t *idx)
     }
 }
 
-void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int32_t *ids,
-              float *w)
+/* DeepSeek-V3 noaux_tc group limit (transformers DeepseekV3TopkRouter, the
+ * official Gate): groups ranked by the sum of their two best biased scores;
+ * the experts of groups not kept are masked with -inf as the official Gate
+ * does (transformers fills 0.0: the same choice while every biased score is
+ * > 0). v: biased scores [n_experts], in place. */
+static void limit_groups(const ms_router *r, float *v)
+{
+    int G = r->n_group, gs = r->n_experts / G;
+    float gscore[MS_ROUTER_MAX_GROUPS] = {0};
+    int32_t keep[MS_ROUTER_MAX_GROUPS], top2[2];
+    int n2 = gs < 2 ? gs : 2;
+    if (r->topk_group >= G)
+        return;
+    for (int g = 0; g < G; g++) {
+        ms_topk(v + g * gs, gs, n2, top2);
+        gscore[g] = v[g * gs + top2[0]] + (n2 == 2 ? v[g * gs + top2[1]] : 0.0f);
+    }
+    ms_topk(gscore, G, r->topk_group, keep);
+    for (int g = 0; g < G; g++) {
+        int kept = 0;
+        for (int j = 0; j < r->topk_group; j++)
+            kept |= keep[j] == g;
+        for (int e = g * gs; !kept && e < (g + 1) * gs; e++)
+            v[e] = -INFINITY;
+    }
+}
+
+/* Turns one position's logits v into the values experts are chosen by, in
+ * place, and picks the top-k ids in descending order of those values. */
+static void choose(const ms_router *r, float *v, int32_t *id)
+{
+    int E = r->n_experts;
+    if (r->kind == MS_ROUTER_SIGMOID_GROUP) {
+        for (int e = 0; e < E; e++)
+            v[e] = 1.0f / (1.0f + expf(-v[e])) + r->choice_bias[e];
+        limit_groups(r, v);
+    } else if (r->kind == MS_ROUTER_SOFTMAX_BIAS) {
+        ms_softmax(v, E);
+        for (int e = 0; e < E; e++)
+            v[e] += r->choice_bias[e];
+    }
+    /* the other kinds choose on the logits: softmax is monotonic */
+    ms_topk(v, E, r->top_k, id);
+}
+
+/* Weights of the chosen ids from the logits l (tmp: n_experts floats). */
+static void weigh(const ms_router *r, const float *l, const int32_t *id, float *tmp, float *wt)
 {
     int E = r->n_experts, k = r->top_k;
-    ms_matmul(&r->w, x, (int)n, logits);
-    if (r->bias)
-        ms_add_bias(logits, r->bias, n, E);
-    for (int64_t t = 0; t < n; t++) {
-        const float *l = logits + t * E;
-        int32_t *id = ids + t * k;
-        float *wt = w + t * k;
-        ms_topk(l, E, k, id); /* softmax is monotonic: same order on probabilities */
-        if (r->kind == MS_ROUTER_TOPK_SOFTMAX) {
-            for (int j = 0; j < k; j++)
-                wt[j] = l[id[j]];
-            ms_softmax(wt, k);
-            continue;
-        }
+    if (r->kind == MS_ROUTER_TOPK_SOFTMAX) {
+        for (int j = 0; j < k; j++)
+            wt[j] = l[id[j]];
+        ms_softmax(wt, k);
+    } else if (r->kind == MS_ROUTER_SOFTMAX_TOPK) {
         float m = l[id[0]];
         double sum = 0, sel = 0;
         for (int e = 0; e < E; e++)
@@ -50,6 +86,35 @@ void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int3
         if (r->norm_topk)
             for (int j = 0; j < k; j++)
                 wt[j] = (float)(wt[j] / sel);
+    } else if (r->kind == MS_ROUTER_SIGMOID_GROUP) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; j++) { /* the unbiased scores */
+            wt[j] = 1.0f / (1.0f + expf(-l[id[j]]));
+            sum += wt[j];
+        }
+        for (int j = 0; j < k; j++)
+            wt[j] = (r->norm_topk ? wt[j] / (sum + 1e-20f) : wt[j]) * r->routed_scale;
+    } else { /* SOFTMAX_BIAS: the unbiased probabilities, never renormalised */
+        memcpy(tmp, l, (size_t)E * 4);
+        ms_softmax(tmp, E);
+        for (int j = 0; j < k; j++)
+            wt[j] = tmp[id[j]] * r->routed_scale;
+    }
+}
+
+void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int32_t *ids,
+              float *w)
+{
+    int E = r->n_experts, k = r->top_k;
+    float tmp[MS_ROUTER_MAX_EXPERTS];
+    ms_matmul(&r->w, x, (int)n, logits);
+    if (r->bias)
+        ms_add_bias(logits, r->bias, n, E);
+    for (int64_t t = 0; t < n; t++) {
+        const float *l = logits + t * E;
+        memcpy(tmp, l, (size_t)E * 4);
+        choose(r, tmp, ids + t * k);
+        weigh(r, l, ids + t * k, tmp, w + t * k);
     }
 }
 
@@ -57,15 +122,41 @@ void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, i
                           const float *norm_w, float eps, const ms_router *r, float *tmp)
 {
     float *xn = tmp, *logits = tmp + d;
-    int32_t ids[512];
-    if (r->top_k > 512)
-        return;
+    int32_t ids[MS_ROUTER_MAX_EXPERTS];
     ms_rmsnorm(x, norm_w, eps, 1, d, xn);
     ms_matvec(&r->w, xn, logits);
     if (r->bias)
         ms_add(logits, r->bias, r->n_experts);
-    ms_topk(logits, r->n_experts, r->top_k, ids);
+    choose(r, logits, ids);
     ms_expert_prefetch(st, next_layer, ids, r->top_k);
+}
+
+void ms_moe_prefetch_ids(ms_expert_store *st, const ms_moe *m, const int32_t *ids, int64_t n,
+                         int32_t *tmp)
+{
+    int nu = 0; /* distinct stored ids in order of first appearance (top-k order) */
+    for (int64_t i = 0; i < n * m->top_k; i++) {
+        int seen = ids[i] >= m->n_experts;
+        for (int j = 0; j < nu && !seen; j++)
+            seen = tmp[j] == ids[i];
+        if (!seen)
+            tmp[nu++] = ids[i];
+    }
+    ms_expert_prefetch(st, m->layer, tmp, nu);
+}
+
+int ms_mlp_bind(ms_mlp *mlp, ms_binder *b, const char *prefix, ms_role role, ms_span *span)
+{
+    static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    ms_mat *mats[3] = {&mlp->gate, &mlp->up, &mlp->down};
+    char n[256];
+    int before = b->n_problems;
+    for (int k = 0; k < 3; k++) {
+        snprintf(n, sizeof n, "%s.%s", prefix, proj[k]);
+        ms_bind_linear(b, role, n, k == 2 ? mlp->d_model : mlp->d_ff,
+                       k == 2 ? mlp->d_ff : mlp->d_model, mats[k], span ? span + 2 * k : NULL);
+    }
+    return b->n_problems - before;
 }
 
 int64_t ms_mlp_scratch(int64_t d_ff, int64_t n)
@@ -141,12 +232,12 @@ int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t
                 uni[nu++] = e;
                 break;
             }
-    if (ms_expert_batch_begin(st, m->layer, uni, nu, err))
+    if (nu && ms_expert_batch_begin(st, m->layer, uni, nu, err))
         return -1;
     ms_expert_lease lease;
-    int rc;
+    int rc = 0;
     /* experts arrive in completion order; each writes only its own slots */
-    while ((rc = ms_expert_batch_next(st, &lease, err)) == 1) {
+    while (nu && (rc = ms_expert_batch_next(st, &lease, err)) == 1) {
         int rows = 0;
         for (int64_t i = 0; i < n * k; i++)
             if (ids[i] == lease.expert) {
@@ -166,7 +257,9 @@ int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t
         float *o = out + t * d;
         memset(o, 0, (size_t)d * 4);
         for (int64_t j = 0; j < k; j++) {
-            const float *c = contrib + (t * k + j) * d;
+            /* an identity (zero-computation) expert returns its input */
+            const float *c = ids[t * k + j] >= m->n_experts ? x + t * d
+                                                            : contrib + (t * k + j) * d;
             float wj = w[t * k + j];
             for (int64_t i = 0; i < d; i++)
                 o[i] += wj * c[i];

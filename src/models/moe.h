@@ -15,18 +15,35 @@ typedef enum ms_router_kind {
     MS_ROUTER_TOPK_SOFTMAX = 0, /* gpt_oss: top-k of the logits, softmax over those k */
     MS_ROUTER_SOFTMAX_TOPK,     /* qwen3_moe: softmax over all experts (float32), top-k of
                                  * the probabilities, renormalised when norm_topk */
+    MS_ROUTER_SIGMOID_GROUP,    /* deepseek_v3 (noaux_tc): scores = sigmoid(logits); choice =
+                                 * score + choice_bias, limited to the topk_group groups (of
+                                 * n_experts / n_group) whose two best choices sum highest;
+                                 * weights = the unbiased scores, / (sum + 1e-20) when
+                                 * norm_topk, x routed_scale */
+    MS_ROUTER_SOFTMAX_BIAS,     /* longcat_flash: probabilities = softmax over all candidates
+                                 * (float32); choice = probability + choice_bias; weights =
+                                 * probabilities x routed_scale, never renormalised */
 } ms_router_kind;
+
+#define MS_ROUTER_MAX_EXPERTS 4096 /* candidates per router (the routing scratch is on the stack) */
+#define MS_ROUTER_MAX_GROUPS 64
 
 typedef struct ms_router {
     ms_router_kind kind;
     ms_mat w;                   /* [n_experts][d] */
     const float *bias;          /* [n_experts] or NULL: added to the logits */
-    int n_experts, top_k;
+    int n_experts, top_k;       /* n_experts: every candidate, zero-computation ones included */
     int norm_topk;
+    /* SIGMOID_GROUP and SOFTMAX_BIAS only: */
+    const float *choice_bias;   /* [n_experts] e_score_correction_bias: selection only */
+    int n_group, topk_group;    /* SIGMOID_GROUP (n_group <= MS_ROUTER_MAX_GROUPS); 1, 1 =
+                                 * no group limit */
+    float routed_scale;         /* routed_scaling_factor, multiplies the weights */
 } ms_router;
 
 /* Routes n positions x [n][d]: logits [n][n_experts], ids/w [n][top_k]
- * (ids in descending order of score). */
+ * (ids in descending order of the score they were chosen by: logits or
+ * probabilities, plus choice_bias where the kind has one). */
 void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int32_t *ids,
               float *w);
 
@@ -40,6 +57,11 @@ typedef struct ms_mlp {
 } ms_mlp;
 
 int64_t ms_mlp_scratch(int64_t d_ff, int64_t n);
+/* Binds "<prefix>.gate_proj", ".up_proj", ".down_proj" with the shapes of
+ * mlp->d_model and mlp->d_ff; span (6 entries: weights and scales of each)
+ * receives their byte ranges when not NULL. Returns the number of problems
+ * recorded (0 when all three are bound). */
+int ms_mlp_bind(ms_mlp *mlp, ms_binder *b, const char *prefix, ms_role role, ms_span *span);
 /* X [rows][d] -> Y [rows][d]. */
 void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int64_t d_ff,
                   const float *X, int rows, float *Y, float *scratch);
@@ -53,7 +75,10 @@ typedef enum ms_expert_ffn {
 
 typedef struct ms_moe {
     int layer;                  /* layer index in the expert store */
-    int n_experts, top_k;
+    int n_experts, top_k;       /* n_experts: those in the store */
+    int n_identity;             /* zero-computation experts, ids n_experts.. n_experts +
+                                 * n_identity - 1: output = input (times the routing weight),
+                                 * never fetched (longcat_flash) */
     int64_t d_model, d_ff;
     ms_expert_ffn ffn;
     const float *gate_up_bias;  /* OAI: [n_experts][2*d_ff] */
@@ -65,15 +90,21 @@ typedef struct ms_moe {
  * the residual x [d] after the current layer (next layer's norm, then its
  * router: Picchio's proxy B, ~89% right on gpt-oss-20b) and asks the store
  * to start loading them while the next attention runs. tmp: d + n_experts
- * floats. */
+ * floats. Every candidate of r must be a stored expert (no identity ones). */
 void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
                           const float *norm_w, float eps, const ms_router *r, float *tmp);
+
+/* Asks the store to start loading the stored experts among ids [n][top_k]
+ * (advisory; identity experts skipped). tmp: n_experts int32. */
+void ms_moe_prefetch_ids(ms_expert_store *st, const ms_moe *m, const int32_t *ids, int64_t n,
+                         int32_t *tmp);
 
 /* Scratch floats ms_moe_forward needs for n positions. */
 int64_t ms_moe_scratch(const ms_moe *m, int64_t n);
 
 /* out[t] = sum_j w[t][j] * expert_{ids[t][j]}(x[t]) for n positions;
- * x [n][d_model], ids/w [n][top_k], out [n][d_model] (overwritten). */
+ * x [n][d_model], ids/w [n][top_k], out [n][d_model] (overwritten); an
+ * identity expert contributes w * x[t]. */
 int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t n,
                    const int32_t *ids, const float *w, float *out, float *scratch,
                    ms_err *err);

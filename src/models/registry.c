@@ -8,6 +8,8 @@
 static const ms_family *const families[] = {
     &ms_family_gpt_oss,
     &ms_family_qwen3_moe,
+    &ms_family_deepseek_v3,
+    &ms_family_longcat_flash,
 };
 
 const ms_family *ms_family_find(const ms_checkpoint *ck, ms_err *err)

@@ -298,7 +298,14 @@ static int load_config(const ms_synth_opts *o, json_t **cfg, json_t **gen, ms_er
             return -1;
     }
     if (o->layers > 0) {
-        json_object_set_new(*cfg, "num_hidden_layers", json_integer(o->layers));
+        /* LongCat-Flash counts its layers in num_layers; DeepSeek-V3 keeps
+         * at least one MoE layer after its first_k_dense_replace dense ones */
+        json_object_set_new(*cfg, json_object_get(*cfg, "num_layers") ? "num_layers"
+                                                                       : "num_hidden_layers",
+                            json_integer(o->layers));
+        json_t *fk = json_object_get(*cfg, "first_k_dense_replace");
+        if (json_is_integer(fk) && json_integer_value(fk) >= o->layers)
+            json_object_set_new(*cfg, "first_k_dense_replace", json_integer(o->layers - 1));
         json_t *lt = json_object_get(*cfg, "layer_types");
         if (json_is_array(lt))
             while (json_array_size(lt) > (size_t)o->layers)

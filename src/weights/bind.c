@@ -239,6 +239,33 @@ int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
     return 0;
 }
 
+int ms_bind_plain_linear(ms_binder *b, ms_role role, const char *name, int64_t rows,
+                         int64_t cols, ms_dtype release, ms_mat *m)
+{
+    int64_t shape[2] = {rows, cols};
+    memset(m, 0, sizeof *m);
+    m->rows = rows;
+    m->cols = cols;
+    const ms_tensor_info *t = ms_bind_tensor(b, role, name,
+                                             b->collect ? MS_DT(release) : MS_DT_FLOAT, 2, shape);
+    if (!t)
+        return -1;
+    m->fmt = float_fmt(t->dtype);
+    m->w = ms_ckpt_data(b->ck, t);
+    return 0;
+}
+
+int ms_bind_plain_vector(ms_binder *b, ms_role role, const char *name, int64_t n,
+                         ms_dtype release, float **out)
+{
+    if (b->collect) {
+        *out = NULL;
+        ms_bind_tensor(b, role, name, MS_DT(release), 1, &n);
+        return -1;
+    }
+    return ms_bind_vector(b, role, name, n, out);
+}
+
 /* Widens a float tensor of n elements into dst. */
 static void widen(const ms_tensor_info *t, const void *src, float *dst, int64_t n)
 {

@@ -104,6 +104,18 @@ const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *nam
 int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
                    int64_t cols, ms_mat *m, ms_span *span);
 
+/* A matrix "name" [rows][cols] that releases keep unquantised next to FP8
+ * linears (embeddings, lm_head, routers): F32/BF16/F16 accepted, never
+ * F8_E4M3; in collect mode recorded with the dtype the release stores,
+ * `release`. Fills *m; 0 when bound, -1 when a problem was recorded. */
+int ms_bind_plain_linear(ms_binder *b, ms_role role, const char *name, int64_t rows,
+                         int64_t cols, ms_dtype release, ms_mat *m);
+
+/* ms_bind_vector for a vector the release stores in a known dtype (e.g. an
+ * F32 e_score_correction_bias): recorded as `release` in collect mode. */
+int ms_bind_plain_vector(ms_binder *b, ms_role role, const char *name, int64_t n,
+                         ms_dtype release, float **out);
+
 /* A float vector of n elements (any float dtype), widened into the arena.
  * *out stays NULL in check-only mode or on a problem. */
 int ms_bind_vector(ms_binder *b, ms_role role, const char *name, int64_t n, float **out);

@@ -58,14 +58,19 @@ static inline void ms_usage_visit(ms_usage *u, int layer, const int32_t *ids, in
     u->batches++;
 }
 
+/* Layer visits until the cycle comes back to `layer`, seen from `cur`. */
+static inline int ms_usage_distance(const ms_usage *u, int layer, int cur)
+{
+    int L = u->n_layers, d = (layer - cur + L) % L;
+    return d ? d : L;
+}
+
 /* Expected layer visits until (layer, e) is needed again, seen from a batch
  * of layer `cur`. Larger = better victim. */
 static inline double ms_usage_score(const ms_usage *u, int layer, int e, int cur)
 {
     int L = u->n_layers;
-    int d = (layer - cur + L) % L;
-    if (d == 0)
-        d = L;
+    int d = ms_usage_distance(u, layer, cur);
     /* prior: the average share of experts a visit asks for, weight 4 visits */
     double prior = u->batches ? (double)u->requests / (double)u->batches / u->n_experts : 0.5;
     double q = (u->uses[(size_t)layer * (size_t)u->n_experts + (size_t)e] + 4.0 * prior) /

@@ -387,7 +387,10 @@ static int victim(ms_expert_store *st, int cur)
             return i;
         if (s->refs || s->state == SLOT_LOADING || s->batch_gen == st->gen)
             continue;
-        double sc = ms_usage_score(&st->usage, s->layer, s->expert, cur);
+        /* a prefetched expert not yet used is predicted for its layer's next
+         * visit: value it by that distance alone, not by its past frequency */
+        double sc = s->prefetched ? ms_usage_distance(&st->usage, s->layer, cur)
+                                  : ms_usage_score(&st->usage, s->layer, s->expert, cur);
         if (best < 0 || sc > best_score ||
             (sc == best_score && s->last_use < st->slots[best].last_use)) {
             best = i;
@@ -402,7 +405,7 @@ static void evict(ms_expert_store *st, int i)
     slot *s = &st->slots[i];
     if (s->layer >= 0) {
         *slot_ref(st, s->layer, s->expert) = -1;
-        if (s->prefetched)
+        if (s->prefetched) /* evicted before its layer came */
             st->st.prefetch_wasted_bytes += s->bytes;
     }
     s->layer = s->expert = -1;
@@ -532,6 +535,20 @@ int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, in
         for (int i = 0; i < n; i++)
             fprintf(st->trace, " %d", ids[i]);
         fprintf(st->trace, "\n");
+    }
+    /* slots prefetched for this visit that it does not ask for were mispredicted:
+     * from now on they are ordinary cached experts (their bytes were wasted) */
+    for (int k = 0; k < st->n_slots; k++) {
+        slot *s = &st->slots[k];
+        if (s->prefetched && s->layer == layer) {
+            int wanted = 0;
+            for (int i = 0; i < n && !wanted; i++)
+                wanted = ids[i] == s->expert;
+            if (!wanted) {
+                s->prefetched = 0;
+                st->st.prefetch_wasted_bytes += s->bytes;
+            }
+        }
     }
     if (st->pred_layer == layer) { /* score the predictions made for this layer */
         for (int e = 0; e < st->n_experts; e++)

@@ -1,0 +1,397 @@
+/* longcat_flash: meituan-longcat/LongCat-Flash-Chat (bf16), -Chat-FP8 and
+ * -Thinking (same code; every size from config.json).
+ *
+ * Upstream: transformers models/longcat_flash/modeling_longcat_flash.py and
+ * configuration_longcat_flash.py (vLLM/sglang longcat_flash.py for the FP8
+ * layout and the mla_scale_* flags). Details that cause bugs (dragon.c §4,
+ * §6):
+ *  - a layer is TWO sub-blocks, each MLA attention + dense MLP, and ONE
+ *    shortcut MoE (ScMoE): the MoE reads sub-block 0's post-attention-normed
+ *    state and its output is added at the END of sub-block 1, after
+ *    sub-block 1's MLP;
+ *  - mla_scale_q_lora = sqrt(hidden / q_lora_rank) multiplies q (nope AND
+ *    rope parts); mla_scale_kv_lora = sqrt(hidden / kv_lora_rank) multiplies
+ *    the latent AFTER kv_a_layernorm (k_rope is not scaled) -- 2 and 2*sqrt(3)
+ *    in the release, derived from the dims here, never hard-coded; applied
+ *    unless the config's flag is present and false (vLLM/sglang);
+ *  - interleaved-pair RoPE on the 64 rope dims (transformers' head_dim, which
+ *    must equal qk_rope_head_dim), k_rope shared by every head; softmax scale
+ *    (nope + rope)^-0.5 (times the YaRN mscale^2 only with rope_scaling);
+ *    q_a_layernorm / kv_a_layernorm eps 1e-6 as transformers;
+ *  - router in float32 over n_routed_experts + zero_expert_num candidates:
+ *    softmax, top-k (moe_topk) of probability + e_score_correction_bias
+ *    (selection only), weights = probability * routed_scaling_factor (6), no
+ *    renormalisation; the router and the correction bias stay F32 in the
+ *    FP8 release;
+ *  - ids >= n_routed_experts are zero-computation identity experts: output =
+ *    input * weight; they have no weights and never go through the store;
+ *  - the KV cache holds, per layer, [latent | k_rope] of both sub-blocks;
+ *  - NEVER prepend BOS (id 1): it poisons layer 0 (dragon.c §6); the engine
+ *    feeds ids as given and adds no BOS;
+ *  - the MTP module (model.mtp.*) is not part of the main model: ignored. */
+#include <math.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "models/mla.h"
+#include "models/moe.h"
+#include "models/ops.h"
+
+typedef struct lc_layer {
+    const float *in_norm[2], *post_norm[2]; /* [d] input_layernorm.i, post_attention_layernorm.i */
+    ms_mla attn[2];
+    ms_mlp mlp[2];                          /* mlps.i, ffn_hidden_size */
+    ms_router router;
+    ms_moe moe;                             /* n_routed stored + zero_expert_num identity */
+} lc_layer;
+
+typedef struct longcat {
+    ms_model base;
+    /* hyper-parameters from config.json */
+    int64_t d, n_heads, q_lora, kv_lora, nope, rope_dim, v, d_ff, d_ff_expert, vocab;
+    int n_experts, n_zero, top_k, router_bias, attn_bias, tie, scale_q, scale_kv;
+    double eps, rsf;
+    ms_mla_rope_cfg rc;
+    ms_rope rope;
+    ms_mat embed, lm_head;                  /* [vocab][d] */
+    const float *final_norm;
+    lc_layer *layers;                       /* [n_layers] */
+    /* scratch for max_batch positions */
+    float *x, *xn, *h, *tmp, *sc, *rlogits, *topw, *work, *mwork;
+    int32_t *topi;
+} longcat;
+
+static int check_fixed(const json_t *c, ms_err *err)
+{
+    static const struct { const char *key, *want; } fixed[] = {
+        {"hidden_act", "silu"}, {"zero_expert_type", "identity"}, {"attention_method", "MLA"},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        const char *v = json_string_value(json_object_get(c, fixed[i].key));
+        if (json_object_get(c, fixed[i].key) && (!v || strcmp(v, fixed[i].want) != 0))
+            return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: %s is %s%s%s (longcat_flash "
+                              "runs \"%s\")", fixed[i].key, v ? "\"" : "", v ? v : "not a string",
+                              v ? "\"" : "", fixed[i].want);
+    }
+    return 0;
+}
+
+static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *err)
+{
+    const char *f = "config.json";
+    int64_t kv_heads, qk, rot, e, z, k;
+    const char *kkey = json_object_get(c, "moe_topk") ? "moe_topk" : "num_experts_per_tok";
+    const char *ffkey = json_object_get(c, "ffn_hidden_size") ? "ffn_hidden_size"
+                                                               : "intermediate_size";
+    if (ms_json_int(c, f, "num_layers", n_layers, err) ||
+        ms_json_int(c, f, "hidden_size", &m->d, err) ||
+        ms_json_int(c, f, "num_attention_heads", &m->n_heads, err) ||
+        ms_json_int_opt(c, f, "num_key_value_heads", m->n_heads, &kv_heads, err) ||
+        ms_json_int(c, f, "q_lora_rank", &m->q_lora, err) ||
+        ms_json_int(c, f, "kv_lora_rank", &m->kv_lora, err) ||
+        ms_json_int(c, f, "qk_nope_head_dim", &m->nope, err) ||
+        ms_json_int(c, f, "qk_rope_head_dim", &m->rope_dim, err) ||
+        ms_json_int(c, f, "v_head_dim", &m->v, err) ||
+        ms_json_int_opt(c, f, "qk_head_dim", m->nope + m->rope_dim, &qk, err) ||
+        ms_json_int_opt(c, f, "head_dim", 64, &rot, err) || /* transformers' rotary dim */
+        ms_json_int(c, f, "vocab_size", &m->vocab, err) ||
+        ms_json_int(c, f, ffkey, &m->d_ff, err) ||
+        ms_json_int(c, f, "expert_ffn_hidden_size", &m->d_ff_expert, err) ||
+        ms_json_int(c, f, "n_routed_experts", &e, err) ||
+        ms_json_int_opt(c, f, "zero_expert_num", 0, &z, err) ||
+        ms_json_int(c, f, kkey, &k, err) ||
+        ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
+        ms_json_bool_opt(c, f, "router_bias", 0, &m->router_bias, err) ||
+        ms_json_bool_opt(c, f, "attention_bias", 0, &m->attn_bias, err) ||
+        ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &m->tie, err) ||
+        ms_json_bool_opt(c, f, "mla_scale_q_lora", 1, &m->scale_q, err) ||
+        ms_json_bool_opt(c, f, "mla_scale_kv_lora", 1, &m->scale_kv, err) ||
+        ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
+        ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err) ||
+        check_fixed(c, err))
+        return -1;
+    m->n_experts = (int)e;
+    m->n_zero = (int)z;
+    m->top_k = (int)k;
+    if (kv_heads != m->n_heads || qk != m->nope + m->rope_dim || rot != m->rope_dim)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: num_key_value_heads %lld, "
+                          "qk_head_dim %lld, head_dim %lld: longcat_flash needs num_attention_"
+                          "heads %lld, qk_nope + qk_rope %lld and qk_rope_head_dim %lld",
+                          (long long)kv_heads, (long long)qk, (long long)rot,
+                          (long long)m->n_heads, (long long)(m->nope + m->rope_dim),
+                          (long long)m->rope_dim);
+    if (m->d <= 0 || m->n_heads <= 0 || m->q_lora <= 0 || m->kv_lora <= 0 || m->nope <= 0 ||
+        m->rope_dim <= 0 || m->rope_dim % 2 || m->v <= 0 || m->vocab <= 0 || m->d_ff <= 0 ||
+        m->d_ff_expert <= 0 || e <= 0 || z < 0 || e + z > MS_ROUTER_MAX_EXPERTS || k <= 0 ||
+        k > e + z)
+        return ms_err_set(err, MS_E_FORMAT,
+                          "config.json: inconsistent dimensions (hidden %lld, heads %lld, "
+                          "q_lora %lld, kv_lora %lld, nope %lld + rope %lld, v %lld, experts "
+                          "%lld + %lld zero, top-%lld)", (long long)m->d, (long long)m->n_heads,
+                          (long long)m->q_lora, (long long)m->kv_lora, (long long)m->nope,
+                          (long long)m->rope_dim, (long long)m->v, (long long)e, (long long)z,
+                          (long long)k);
+    return 0;
+}
+
+/* Layer l's graph: two MLA sub-blocks (the LoRA scales derived from the
+ * dims), two dense MLPs, the softmax router over real + zero experts. */
+static void describe_layer(longcat *m, int l)
+{
+    lc_layer *L = &m->layers[l];
+    double sq = m->scale_q ? sqrt((double)m->d / (double)m->q_lora) : 1.0;
+    double skv = m->scale_kv ? sqrt((double)m->d / (double)m->kv_lora) : 1.0;
+    for (int i = 0; i < 2; i++) {
+        ms_mla *a = &L->attn[i];
+        *a = (ms_mla){.n_heads = (int)m->n_heads, .q_lora = (int)m->q_lora,
+                      .kv_lora = (int)m->kv_lora, .nope = (int)m->nope,
+                      .rope = (int)m->rope_dim, .v = (int)m->v, .d_model = m->d,
+                      .lora_eps = 1e-6f, .q_scale = (float)sq, .kv_scale = (float)skv,
+                      .rope_tab = &m->rope};
+        a->scale = (float)(1.0 / sqrt((double)(m->nope + m->rope_dim)) * m->rc.scale_mult);
+        a->kv_off = i * ms_mla_kv_row(a);
+        L->mlp[i] = (ms_mlp){.d_model = m->d, .d_ff = m->d_ff};
+    }
+    L->router = (ms_router){.kind = MS_ROUTER_SOFTMAX_BIAS, .n_experts = m->n_experts + m->n_zero,
+                            .top_k = m->top_k, .routed_scale = (float)m->rsf};
+    L->moe = (ms_moe){.layer = l, .n_experts = m->n_experts, .n_identity = m->n_zero,
+                      .top_k = m->top_k, .d_model = m->d, .d_ff = m->d_ff_expert,
+                      .ffn = MS_FFN_SWIGLU};
+    m->base.kv_row[l] = 2 * ms_mla_kv_row(&L->attn[0]);
+}
+
+static void bind_layer(longcat *m, ms_binder *b, int l)
+{
+    lc_layer *L = &m->layers[l];
+    int64_t E = m->n_experts + m->n_zero;
+    char p[160], n[256];
+    float *v;
+    snprintf(p, sizeof p, "model.layers.%d", l);
+    for (int i = 0; i < 2; i++) {
+        snprintf(n, sizeof n, "%s.input_layernorm.%d.weight", p, i);
+        ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
+        L->in_norm[i] = v;
+        snprintf(n, sizeof n, "%s.post_attention_layernorm.%d.weight", p, i);
+        ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
+        L->post_norm[i] = v;
+        snprintf(n, sizeof n, "%s.self_attn.%d", p, i);
+        ms_mla_bind(&L->attn[i], b, n, m->attn_bias);
+        snprintf(n, sizeof n, "%s.mlps.%d", p, i);
+        ms_mlp_bind(&L->mlp[i], b, n, MS_ROLE_DENSE, NULL);
+    }
+    snprintf(n, sizeof n, "%s.mlp.router.classifier.weight", p);
+    ms_bind_plain_linear(b, MS_ROLE_DENSE, n, E, m->d, MS_DTYPE_F32, &L->router.w);
+    if (m->router_bias) {
+        snprintf(n, sizeof n, "%s.mlp.router.classifier.bias", p);
+        ms_bind_plain_vector(b, MS_ROLE_DENSE, n, E, MS_DTYPE_F32, &v);
+        L->router.bias = v;
+    }
+    snprintf(n, sizeof n, "%s.mlp.router.e_score_correction_bias", p);
+    ms_bind_plain_vector(b, MS_ROLE_DENSE, n, E, MS_DTYPE_F32, &v);
+    L->router.choice_bias = v;
+    for (int e = 0; e < m->n_experts; e++) { /* the zero experts have no weights */
+        ms_mlp ex = {.d_model = m->d, .d_ff = m->d_ff_expert};
+        ms_span sp[6];
+        snprintf(n, sizeof n, "%s.mlp.experts.%d", p, e);
+        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !b->collect)
+            ms_expert_store_set(m->base.experts, l, e, (ms_mat[3]){ex.gate, ex.up, ex.down}, sp);
+    }
+}
+
+static int alloc_scratch(longcat *m, ms_err *err)
+{
+    int64_t B = m->base.max_batch, d = m->d, E = m->n_experts + m->n_zero, K = m->top_k;
+    int64_t work = ms_mlp_scratch(m->d_ff, B), moe = ms_moe_scratch(&m->layers[0].moe, B);
+    for (int l = 0; l < m->base.n_layers; l++) /* pads of W_UK^T depend on each kv_b's format */
+        for (int i = 0; i < 2; i++) {
+            int64_t a = ms_mla_scratch(&m->layers[l].attn[i], B);
+            work = a > work ? a : work;
+        }
+    moe = moe > m->n_experts ? moe : m->n_experts; /* also the prefetch's id list */
+    struct { void **p; int64_t n; } bufs[] = {
+        {(void **)&m->x, B * d},    {(void **)&m->xn, B * d},        {(void **)&m->h, B * d},
+        {(void **)&m->tmp, B * d},  {(void **)&m->sc, B * d},        {(void **)&m->rlogits, B * E},
+        {(void **)&m->topw, B * K}, {(void **)&m->topi, B * K},      {(void **)&m->work, work},
+        {(void **)&m->mwork, moe},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = ms_arena_alloc(&m->base.arena, (size_t)bufs[i].n * 4, "activations",
+                                          err)))
+            return -1;
+    return 0;
+}
+
+/* Binds everything and, for a runnable model, prepares the absorbed MLA. */
+static int bind_model(longcat *m, ms_binder *b, const ms_model_opts *opts, ms_err *err)
+{
+    float *v;
+    ms_bind_plain_linear(b, MS_ROLE_EMBED, "model.embed_tokens.weight", m->vocab, m->d,
+                         MS_DTYPE_BF16, &m->embed);
+    for (int l = 0; l < m->base.n_layers; l++) {
+        describe_layer(m, l);
+        bind_layer(m, b, l);
+    }
+    ms_bind_vector(b, MS_ROLE_DENSE, "model.norm.weight", m->d, &v);
+    m->final_norm = v;
+    if (m->tie)
+        m->lm_head = m->embed;
+    else
+        ms_bind_plain_linear(b, MS_ROLE_DENSE, "lm_head.weight", m->vocab, m->d, MS_DTYPE_BF16,
+                             &m->lm_head);
+    ms_bind_ignore_prefix(b, "model.mtp."); /* multi-token prediction: not the main model */
+    if (opts->check_only || b->n_problems)
+        return 0;
+    for (int l = 0; l < m->base.n_layers; l++)
+        for (int i = 0; i < 2; i++)
+            if (ms_mla_prepare(&m->layers[l].attn[i], &m->base.arena, err))
+                return -1;
+    return alloc_scratch(m, err);
+}
+
+static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *opts,
+                   ms_model **out, ms_err *err)
+{
+    int64_t n_layers;
+    longcat tmp = {0};
+    *out = NULL;
+    if (read_config(&tmp, ck->config, &n_layers, err))
+        return -1;
+    longcat *m = ms_model_alloc(sizeof *m, &ms_family_longcat_flash, (int)n_layers, err);
+    if (!m)
+        return -1;
+    ms_model base = m->base;
+    *m = tmp;
+    m->base = base;
+    m->base.max_ctx = tmp.base.max_ctx;
+    m->base.d_model = m->d;
+    m->base.vocab = m->vocab;
+    m->base.max_batch = opts->max_batch > 0 ? opts->max_batch : 1;
+    m->base.n_experts = m->n_experts;
+    m->base.n_experts_used = m->top_k;
+    if (!opts->check_only)
+        b->arena = &m->base.arena;
+    m->layers = ms_arena_alloc(&m->base.arena, sizeof *m->layers * (size_t)n_layers, "layers",
+                               err);
+    if (!m->layers ||
+        ms_mla_read_rope(ck->config, (int)m->rope_dim, 1, &m->rope, &m->rc, err) ||
+        ms_expert_store_open((int)n_layers, m->n_experts, 3, &m->base.experts, err) ||
+        bind_model(m, b, opts, err)) {
+        ms_model_free(&m->base);
+        return -1;
+    }
+    *out = &m->base;
+    return 0;
+}
+
+static void lc_close(ms_model *m)
+{
+    ms_model_free(m);
+}
+
+static void lc_describe(const ms_model *mb, FILE *out)
+{
+    const longcat *m = (const longcat *)mb;
+    fprintf(out, "  hidden_size: %lld\n  num_layers: %d (2 attention + 2 dense MLP sub-blocks "
+            "and 1 shortcut MoE each)\n", (long long)m->d, mb->n_layers);
+    ms_mla_describe(&m->layers[0].attn[0], &m->rc, out);
+    fprintf(out, "  ffn_hidden_size: %lld\n  expert_ffn_hidden_size: %lld\n", (long long)m->d_ff,
+            (long long)m->d_ff_expert);
+    fprintf(out, "  n_routed_experts: %d + zero_expert_num %d (identity)\n  moe_topk: %d "
+            "(softmax + correction bias, routed_scaling_factor %g)\n", m->n_experts, m->n_zero,
+            m->top_k, m->rsf);
+    fprintf(out, "  vocab_size: %lld\n  max_position_embeddings: %lld\n  rms_norm_eps: %g\n",
+            (long long)m->vocab, (long long)mb->max_ctx, m->eps);
+}
+
+/* x += attention sub-block i of layer l (input norm, MLA). */
+static void attention(longcat *m, const ms_fwd *f, int l, int i)
+{
+    lc_layer *L = &m->layers[l];
+    int64_t n = f->n, d = m->d;
+    ms_rmsnorm(m->x, L->in_norm[i], (float)m->eps, n, d, m->xn);
+    ms_mla_forward(&L->attn[i], f, &f->kv[l], m->xn, m->tmp, m->work);
+    ms_add(m->x, m->tmp, n * d);
+    ms_trace_f32(f->trace, m->x, n, d, "L%d.attn%d_out", l, i);
+}
+
+/* x += dense MLP i of layer l on the normed state xn. */
+static void dense_mlp(longcat *m, const ms_fwd *f, const ms_mlp *mlp, const float *xn)
+{
+    ms_mlp_apply(&mlp->gate, &mlp->up, &mlp->down, mlp->d_ff, xn, (int)f->n, m->tmp, m->work);
+    ms_add(m->x, m->tmp, f->n * m->d);
+}
+
+/* One ScMoE layer, as LongcatFlashDecoderLayer.forward. */
+static int layer(longcat *m, const ms_fwd *f, int l, ms_err *err)
+{
+    lc_layer *L = &m->layers[l];
+    ms_model *b = &m->base;
+    int64_t n = f->n, d = m->d;
+    int k = L->router.top_k;
+    ms_timers *tm = f->timers;
+    double t0 = ms_now(), t1;
+
+    attention(m, f, l, 0);
+    t1 = ms_now();
+    tm->attn += t1 - t0;
+    /* h: sub-block 0's post-attention-normed state, the input of both its
+     * MLP and the shortcut MoE */
+    ms_rmsnorm(m->x, L->post_norm[0], (float)m->eps, n, d, m->h);
+    ms_route(&L->router, m->h, n, m->rlogits, m->topi, m->topw);
+    ms_trace_f32(f->trace, m->rlogits, n, L->router.n_experts, "L%d.router_logits", l);
+    ms_trace_i32(f->trace, m->topi, n, k, "L%d.topk_ids", l);
+    ms_trace_f32(f->trace, m->topw, n, k, "L%d.topk_w", l);
+    /* decode: the chosen experts start loading now and are consumed only
+     * after sub-block 1's attention (the window ScMoE was designed for) */
+    if (b->prefetch && n == 1)
+        ms_moe_prefetch_ids(b->experts, &L->moe, m->topi, n, (int32_t *)m->mwork);
+    dense_mlp(m, f, &L->mlp[0], m->h);
+    t0 = ms_now();
+    tm->experts += t0 - t1;
+
+    attention(m, f, l, 1);
+    t1 = ms_now();
+    tm->attn += t1 - t0;
+    /* the shortcut MoE depends only on h and the routing above, never on
+     * sub-block 1: it may run concurrently with it (own scratch and output) */
+    if (ms_moe_forward(&L->moe, b->experts, m->h, n, m->topi, m->topw, m->sc, m->mwork, err))
+        return -1;
+    ms_rmsnorm(m->x, L->post_norm[1], (float)m->eps, n, d, m->xn);
+    dense_mlp(m, f, &L->mlp[1], m->xn);
+    ms_add(m->x, m->sc, n * d); /* residual + mlp1 + shortcut, in upstream's order */
+    ms_trace_f32(f->trace, m->x, n, d, "L%d.moe_out", l);
+    tm->experts += ms_now() - t1;
+    return 0;
+}
+
+static int lc_forward(ms_model *mb, const ms_fwd *f, ms_err *err)
+{
+    longcat *m = (longcat *)mb;
+    int64_t n = f->n, d = m->d;
+    double t0 = ms_now();
+    for (int64_t t = 0; t < n; t++) /* ids as given: no BOS, ever */
+        ms_mat_row(&m->embed, f->ids[t], m->x + t * d);
+    f->timers->other += ms_now() - t0;
+    for (int l = 0; l < mb->n_layers; l++)
+        if (layer(m, f, l, err))
+            return -1;
+    t0 = ms_now();
+    if (f->logits) { /* no logits buffer: an inner block of a longer prompt */
+        int64_t first = f->logits_all ? 0 : n - 1;
+        ms_rmsnorm(m->x + first * d, m->final_norm, (float)m->eps, n - first, d, m->xn);
+        ms_trace_f32(f->trace, m->xn, n - first, d, "final_norm");
+        ms_matmul(&m->lm_head, m->xn, (int)(n - first), f->logits);
+        ms_trace_f32(f->trace, f->logits, n - first, m->vocab, "logits");
+    }
+    f->timers->head += ms_now() - t0;
+    return 0;
+}
+
+const ms_family ms_family_longcat_flash = {
+    .model_type = "longcat_flash",
+    .fp8_scale_dtype = MS_DTYPE_F32,
+    .open = lc_open,
+    .close = lc_close,
+    .describe = lc_describe,
+    .forward = lc_forward,
+};
