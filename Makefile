@@ -13,7 +13,7 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -fopenmp -D_GNU_SOURCE -fno-fast-math \
            -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
 LDFLAGS := -fopenmp $(SAN)
-LDLIBS  := -ljansson -luring -lm -lpthread
+LDLIBS  := -ljansson -luring -lpcre2-8 -lm -lpthread
 
 # Per-file ISA flags: only these files may contain intrinsics.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c

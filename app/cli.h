@@ -21,6 +21,28 @@ int cli_parse_f64(const char *s, double lo, double hi, double *out);
 /* Reads decimal token ids separated by white space; caller frees *ids. */
 int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
 
+/* Options of run, logits and chat (opts.c). */
+typedef struct run_opts {
+    const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
+    const char *system, *effort;
+    int placement, no_prefetch, buffered;
+    int64_t ram, io_threads, cache_slots, reads;
+    int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */
+    int ids, ignore_eos, stats, raw, hide_reasoning, thinking, no_reuse;
+    int have_temp, have_top_p, have_top_k, have_min_p, have_seed;
+    int have_rep, have_presence, have_freq;
+    ms_sampling sampling;
+} run_opts;
+
+/* Parses argv (argv[0] is the command); returns 0 or an exit status. */
+int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o);
+/* Opens the engine and a session as the options say. */
+int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *err);
+/* The checkpoint's sampling defaults overridden by the flags given. */
+void run_opts_sampling(const run_opts *o, const ms_engine *eng, ms_sampling *sp);
+/* Speed, time split and expert-tier statistics, on stderr. */
+void run_opts_print_stats(const ms_session *s);
+
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
@@ -28,5 +50,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_render(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

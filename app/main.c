@@ -11,14 +11,21 @@ static const struct {
     const char *usage;
 } commands[] = {
     {"run", cmd_run,
-     "run MODEL_DIR --prompt-ids FILE [-n N] [--temp T] [--top-p P] [--top-k K] "
-     "[--min-p P] [--seed S] [--ctx N] [--ids] [--ignore-eos] [--stats] [--threads N]\n"
+     "run MODEL_DIR (-p TEXT | --prompt-ids FILE) [-n N] [--temp T] [--top-p P] [--top-k K] "
+     "[--min-p P] [--seed S]\n                [--repeat-penalty R] [--presence-penalty P] "
+     "[--frequency-penalty F] [--ctx N] [--raw] [--ids] [--ignore-eos]\n"
+     "                [--stats] [--threads N] [--system TEXT] [--think on|off] "
+     "[--reasoning-effort E] [--hide-reasoning]\n"
      "                [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
-     "[--no-prefetch] [--buffered] [--trace FILE] [--cache-slots N]"},
+     "[--no-prefetch] [--buffered] [--trace FILE] [--cache-slots N] [--reads N]"},
+    {"chat", cmd_chat,
+     "chat MODEL_DIR [--system TEXT] [--think on|off] [--reasoning-effort E] "
+     "[--hide-reasoning] [sampling, context and placement options as run]"},
     {"logits", cmd_logits,
      "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--feed N] [--dump DIR] "
      "[--threads N]\n                [same placement options as run]"},
     {"inspect", cmd_inspect, "inspect MODEL_DIR"},
+    {"tokenize", cmd_tokenize, "tokenize MODEL_DIR (--text TEXT | --text-file FILE)"},
     {"render", cmd_render,
      "render --family MODEL_TYPE --messages FILE.json [--no-generation-prompt] "
      "[--thinking on|off] [--reasoning-effort E] [--date YYYY-MM-DD]"},

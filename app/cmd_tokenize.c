@@ -1,0 +1,110 @@
+/* moestream tokenize MODEL_DIR (--text TEXT | --text-file FILE): prints the
+ * ids of the text on one line, space separated, as HF tokenizers'
+ * encode(text, add_special_tokens=False): special-token strings in the text
+ * match as special tokens; no BOS/EOS is added. The text is read as bytes;
+ * ill-formed UTF-8 is replaced by U+FFFD per maximal ill-formed subsequence
+ * (see include/moestream.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int read_text_file(const char *path, char **text, size_t *len, ms_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    *text = NULL;
+    *len = 0;
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "%s: cannot open: %s", path, strerror(errno));
+        err->code = MS_E_IO;
+        return -1;
+    }
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (cap - *len < 65536) {
+            cap = cap ? 2 * cap : 1 << 20;
+            char *p = realloc(*text, cap);
+            if (!p) {
+                snprintf(err->msg, sizeof err->msg, "out of memory reading %s", path);
+                err->code = MS_E_NOMEM;
+                rc = -1;
+                break;
+            }
+            *text = p;
+        }
+        size_t got = fread(*text + *len, 1, cap - *len, f);
+        *len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                snprintf(err->msg, sizeof err->msg, "%s: read error", path);
+                err->code = MS_E_IO;
+                rc = -1;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    if (rc) {
+        free(*text);
+        *text = NULL;
+    }
+    return rc;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    const char *dir = NULL, *text_arg = NULL, *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if ((v = cli_value(argc, argv, &i, "--text", &missing)))
+            text_arg = v;
+        else if ((v = cli_value(argc, argv, &i, "--text-file", &missing)))
+            file = v;
+        else if (missing)
+            return cli_usage_error("tokenize", "%s needs a value", argv[i]);
+        else if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("tokenize", "unknown option %s", argv[i]);
+        else if (!dir)
+            dir = argv[i];
+        else
+            return cli_usage_error("tokenize", "unexpected argument %s", argv[i]);
+    }
+    if (!dir)
+        return cli_usage_error("tokenize", "expected a MODEL_DIR");
+    if (!text_arg == !file)
+        return cli_usage_error("tokenize", "expected exactly one of --text and --text-file");
+
+    ms_error err = {0};
+    char *owned = NULL;
+    size_t len = 0;
+    if (file && read_text_file(file, &owned, &len, &err))
+        return cli_fail(&err);
+    const char *text = file ? owned : text_arg;
+    if (!file)
+        len = strlen(text_arg);
+
+    ms_tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    int rc = 0;
+    if (ms_tokenizer_open(dir, &tok, &err) ||
+        ms_tokenizer_encode(tok, text, len, 1, &ids, &n, &err)) {
+        rc = cli_fail(&err);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "moestream: error writing the ids to stdout\n");
+            rc = 1;
+        }
+    }
+    free(ids);
+    ms_tokenizer_close(tok);
+    free(owned);
+    return rc;
+}
