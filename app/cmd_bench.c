@@ -11,7 +11,7 @@
 
 typedef struct bench_opts {
     const char *model, *trace;
-    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk;
+    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads;
     int placement, no_prefetch, buffered;
 } bench_opts;
 
@@ -28,6 +28,7 @@ static int parse(int argc, char **argv, bench_opts *o)
             {"--threads", &o->threads, 1, 1024},  {"--ctx", &o->ctx, 1, INT64_C(1) << 40},
             {"--io-threads", &o->io_threads, 1, 256},
             {"--cache-slots", &o->cache_slots, 1, INT32_MAX}, {"--disk", &o->disk, 1, 100000},
+            {"--reads", &o->reads, 1, 1024},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++)
@@ -115,7 +116,8 @@ int cmd_bench(int argc, char **argv)
     ms_engine_opts eo = {.n_threads = (int)o.threads,
                          .ctx = o.ctx ? o.ctx : o.prompt + o.n + 1, .placement = o.placement,
                          .ram = o.ram, .io_threads = (int)o.io_threads,
-                         .cache_slots = (int)o.cache_slots, .no_prefetch = o.no_prefetch,
+                         .cache_slots = (int)o.cache_slots, .reads = (int)o.reads,
+                         .no_prefetch = o.no_prefetch,
                          .buffered = o.buffered, .trace_path = o.trace};
     ms_engine *eng = NULL;
     ms_session *s = NULL;

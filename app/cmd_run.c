@@ -1,242 +1,130 @@
-/* moestream run / logits: generation and full-prompt logits from token ids. */
+/* moestream run / logits.
+ *
+ * run: a prompt as token ids (--prompt-ids, fed as given) or as text (-p:
+ * the family's chat template unless --raw, then the checkpoint's
+ * tokenizer); the answer streams on stdout, reasoning on stderr (or hidden);
+ * --ids prints the generated ids instead of text. logits: float32 rows for
+ * every prompt position. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/sysmem.h"
 #include "cli.h"
 
-typedef struct run_opts {
-    const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
-    int placement, no_prefetch, buffered;
-    int64_t ram, io_threads, cache_slots;
-    int64_t n_predict, ctx, threads, feed;
-    int ids, ignore_eos, stats, raw;
-    int have_temp, have_top_p, have_top_k, have_min_p, have_seed;
-    ms_sampling sampling;
-} run_opts;
+typedef struct run_out {
+    int ids, hide_reasoning, n_ids, last_chan;
+} run_out;
 
-/* Parses the options shared by run and logits; returns 0, or an exit code. */
-static int parse(const char *cmd, int argc, char **argv, run_opts *o)
+static void on_id(void *ctx, int32_t id)
 {
-    memset(o, 0, sizeof *o);
-    o->n_predict = 128;
-    for (int i = 1; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        int64_t iv;
-        double dv;
-#define NUM_I(name, lo, hi, dst)                                                  \
-        if ((v = cli_value(argc, argv, &i, name, &miss))) {                      \
-            if (cli_parse_i64(v, lo, hi, &iv))                                    \
-                return cli_usage_error(cmd, "%s expects an integer in [%lld, %lld], got \"%s\"", \
-                                       name, (long long)(lo), (long long)(hi), v); \
-            dst = iv;                                                             \
-            continue;                                                             \
-        }
-#define NUM_F(name, lo, hi, dst, flag)                                            \
-        if ((v = cli_value(argc, argv, &i, name, &miss))) {                      \
-            if (cli_parse_f64(v, lo, hi, &dv))                                    \
-                return cli_usage_error(cmd, "%s expects a number in [%g, %g], got \"%s\"", \
-                                       name, (double)(lo), (double)(hi), v);      \
-            dst = (float)dv;                                                      \
-            flag = 1;                                                             \
-            continue;                                                             \
-        }
-        if ((v = cli_value(argc, argv, &i, "--prompt-ids", &miss))) { o->prompt_ids = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "-p", &miss))) { o->prompt_text = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--out", &miss))) { o->out = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--dump", &miss))) { o->dump = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--trace", &miss))) { o->trace = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
-            if ((o->ram = ms_parse_size(v)) <= 0)
-                return cli_usage_error(cmd, "--ram expects a size like 6G or 512M, got \"%s\"", v);
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
-            if (!strcmp(v, "auto")) o->placement = MS_PLACE_AUTO;
-            else if (!strcmp(v, "pagecache")) o->placement = MS_PLACE_PAGECACHE;
-            else if (!strcmp(v, "cache")) o->placement = MS_PLACE_CACHE;
-            else return cli_usage_error(cmd, "--experts expects auto, pagecache or cache, got \"%s\"", v);
-            continue;
-        }
-        NUM_I("--io-threads", 1, 256, o->io_threads)
-        NUM_I("--cache-slots", 1, INT32_MAX, o->cache_slots)
-        NUM_I("-n", 0, INT32_MAX, o->n_predict)
-        NUM_I("--ctx", 1, INT64_C(1) << 40, o->ctx)
-        NUM_I("--threads", 1, 1024, o->threads)
-        NUM_I("--feed", 1, INT32_MAX, o->feed)
-        NUM_F("--temp", 0, 100, o->sampling.temperature, o->have_temp)
-        NUM_F("--top-p", 1e-9, 1, o->sampling.top_p, o->have_top_p)
-        NUM_F("--min-p", 0, 1, o->sampling.min_p, o->have_min_p)
-        if ((v = cli_value(argc, argv, &i, "--top-k", &miss))) {
-            if (cli_parse_i64(v, 0, INT32_MAX, &iv))
-                return cli_usage_error(cmd, "--top-k expects an integer >= 0, got \"%s\"", v);
-            o->sampling.top_k = (int32_t)iv;
-            o->have_top_k = 1;
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--seed", &miss))) {
-            if (cli_parse_i64(v, 0, INT64_MAX, &iv))
-                return cli_usage_error(cmd, "--seed expects an integer >= 0, got \"%s\"", v);
-            o->sampling.seed = (uint64_t)iv;
-            o->have_seed = 1;
-            continue;
-        }
-#undef NUM_I
-#undef NUM_F
-        if (miss)
-            return cli_usage_error(cmd, "%s needs a value", argv[i]);
-        if (!strcmp(argv[i], "--ids")) o->ids = 1;
-        else if (!strcmp(argv[i], "--ignore-eos")) o->ignore_eos = 1;
-        else if (!strcmp(argv[i], "--stats")) o->stats = 1;
-        else if (!strcmp(argv[i], "--raw")) o->raw = 1;
-        else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
-        else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
-        else if (argv[i][0] == '-')
-            return cli_usage_error(cmd, "unknown option %s", argv[i]);
-        else if (!o->model) o->model = argv[i];
-        else return cli_usage_error(cmd, "unexpected argument \"%s\"", argv[i]);
-    }
-    if (!o->model)
-        return cli_usage_error(cmd, "missing MODEL_DIR");
-    if (o->prompt_text && !o->prompt_ids)
-        return cli_usage_error(cmd, "-p TEXT needs the tokenizer, which this build does not "
-                               "have yet; pass token ids with --prompt-ids FILE");
-    if (!o->prompt_ids)
-        return cli_usage_error(cmd, "missing --prompt-ids FILE");
-    return 0;
+    run_out *r = ctx;
+    if (r->ids)
+        printf("%s%" PRId32, r->n_ids++ ? " " : "", id);
 }
 
-static int open_all(const run_opts *o, ms_engine **eng, ms_session **s, int32_t **ids,
-                    int64_t *n, ms_error *err)
+static void on_text(void *ctx, int chan, const char *s, size_t n)
 {
-    ms_engine_opts eo = {.n_threads = (int)o->threads, .ctx = o->ctx,
-                         .placement = o->placement, .ram = o->ram,
-                         .cache_slots = (int)o->cache_slots,
-                         .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
-                         .buffered = o->buffered, .trace_path = o->trace};
-    ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
-    if (cli_read_ids(o->prompt_ids, ids, n, err) || ms_engine_open(o->model, &eo, eng, err) ||
-        ms_session_open(*eng, &so, s, err))
+    run_out *r = ctx;
+    if (r->ids)
+        return;
+    if (chan == MS_CHAT_REASONING) {
+        if (!r->hide_reasoning)
+            fwrite(s, 1, n, stderr);
+    } else {
+        if (r->last_chan == MS_CHAT_REASONING && !r->hide_reasoning)
+            fputc('\n', stderr); /* end the reasoning block before the answer */
+        fwrite(s, 1, n, stdout);
+    }
+    r->last_chan = chan;
+    fflush(chan == MS_CHAT_REASONING ? stderr : stdout);
+}
+
+/* The prompt as ids: read from --prompt-ids, or text rendered with the chat
+ * template (unless --raw) and tokenized. */
+static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **tok,
+                      int32_t **ids, int64_t *n, ms_error *err)
+{
+    if (o->prompt_ids)
+        return cli_read_ids(o->prompt_ids, ids, n, err);
+    if (ms_tokenizer_open(o->model, tok, err))
         return -1;
-    return 0;
-}
-
-static void print_stats(const ms_session *s)
-{
-    ms_stats st;
-    ms_session_stats(s, &st);
-    double busy = st.t_attn + st.t_experts + st.t_head + st.t_other;
-    fprintf(stderr, "prefill: %lld tokens in %.3f s (%.2f tok/s)\n",
-            (long long)st.n_prefill_tokens, st.t_prefill,
-            st.t_prefill > 0 ? (double)st.n_prefill_tokens / st.t_prefill : 0.0);
-    fprintf(stderr, "decode:  %lld tokens in %.3f s (%.2f tok/s)\n",
-            (long long)st.n_decode_tokens, st.t_decode,
-            st.t_decode > 0 ? (double)st.n_decode_tokens / st.t_decode : 0.0);
-    if (busy > 0)
-        fprintf(stderr, "time split: attention %.3f s (%.0f%%), experts %.3f s (%.0f%%), "
-                "head %.3f s (%.0f%%), other %.3f s (%.0f%%)\n",
-                st.t_attn, 100 * st.t_attn / busy, st.t_experts, 100 * st.t_experts / busy,
-                st.t_head, 100 * st.t_head / busy, st.t_other, 100 * st.t_other / busy);
-    int64_t toks = st.n_prefill_tokens + st.n_decode_tokens;
-    if (st.expert_requests) {
-        fprintf(stderr, "experts: %lld requests, hit rate %.1f%%, %.1f MB read from disk "
-                "(%.2f MB/token), waiting on I/O %.3f s (%.0f%% of expert time)\n",
-                (long long)st.expert_requests, 100.0 * st.expert_hits / st.expert_requests,
-                st.bytes_read / 1e6, toks ? st.bytes_read / 1e6 / toks : 0.0, st.t_io_wait,
-                st.t_experts > 0 ? 100 * st.t_io_wait / st.t_experts : 0.0);
-        if (st.prefetch_predicted)
-            fprintf(stderr, "prefetch: accuracy %.1f%% (%lld of %lld predicted), %lld reads "
-                    "started, %lld used, %.1f MB wasted\n",
-                    100.0 * st.prefetch_correct / st.prefetch_predicted,
-                    (long long)st.prefetch_correct, (long long)st.prefetch_predicted,
-                    (long long)st.prefetch_issued, (long long)st.prefetch_used,
-                    st.prefetch_wasted_bytes / 1e6);
-    }
-}
-
-static int is_stop(const ms_model_info *info, int32_t id)
-{
-    for (int i = 0; i < info->n_stop; i++)
-        if (info->stop_ids[i] == id)
-            return 1;
-    return 0;
-}
-
-/* Feeds the prompt (in pieces of `feed` tokens when set). */
-static int prefill(ms_session *s, const int32_t *ids, int64_t n, int64_t feed, float *logits,
-                   int64_t vocab, ms_error *err)
-{
-    int64_t step = feed > 0 ? feed : n;
-    for (int64_t off = 0; off < n; off += step) {
-        int64_t k = n - off < step ? n - off : step;
-        if (ms_session_eval(s, ids + off, k, logits ? logits + off * vocab : NULL, err))
+    char *text = NULL;
+    const char *t = o->prompt_text;
+    if (!o->raw) {
+        ms_chat_msg m[2] = {{"system", o->system, NULL}, {"user", o->prompt_text, NULL}};
+        ms_chat_opts co = {.add_generation_prompt = 1, .thinking = o->thinking,
+                           .reasoning_effort = o->effort};
+        if (ms_chat_render(ms_engine_info(eng)->family, o->system ? m : m + 1,
+                           o->system ? 2 : 1, &co, &text, err))
             return -1;
+        t = text;
     }
-    return 0;
+    int rc = ms_tokenizer_encode(*tok, t, strlen(t), 1, ids, n, err);
+    free(text);
+    return rc;
+}
+
+static const char *stop_name(int stop)
+{
+    static const char *names[] = {"STOP", "MAX_TOKENS", "CONTEXT_FULL", "CANCELLED"};
+    return names[stop];
 }
 
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
-    int rc = parse("run", argc, argv, &o);
+    int rc = run_opts_parse("run", argc, argv, &o);
     if (rc)
         return rc;
+    if (!o.prompt_ids == !o.prompt_text)
+        return cli_usage_error("run", "needs exactly one of -p TEXT or --prompt-ids FILE");
     ms_error err = {0};
     ms_engine *eng = NULL;
     ms_session *s = NULL;
     ms_sampler *smp = NULL;
+    ms_tokenizer *tok = NULL;
+    ms_chat_parser *parser = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
     rc = 1;
-    if (open_all(&o, &eng, &s, &ids, &n, &err))
+    if (run_opts_open(&o, &eng, &s, &err) || prompt_ids(&o, eng, &tok, &ids, &n, &err))
         goto out;
     const ms_model_info *info = ms_engine_info(eng);
     ms_sampling sp;
-    ms_engine_default_sampling(eng, &sp);
-    if (o.have_temp) sp.temperature = o.sampling.temperature;
-    if (o.have_top_p) sp.top_p = o.sampling.top_p;
-    if (o.have_top_k) sp.top_k = o.sampling.top_k;
-    if (o.have_min_p) sp.min_p = o.sampling.min_p;
-    if (o.have_seed) sp.seed = o.sampling.seed;
+    run_opts_sampling(&o, eng, &sp);
     if (ms_sampler_open(&sp, info->vocab_size, &smp, &err) ||
-        prefill(s, ids, n, o.feed, NULL, info->vocab_size, &err))
+        (tok && !o.raw && ms_chat_parser_open(info->family, o.thinking, &parser, &err)))
         goto out;
-    const char *end = "MAX_TOKENS";
-    for (int64_t i = 0; i < o.n_predict; i++) {
-        int32_t tok = ms_sampler_next(smp, ms_session_logits(s));
-        printf("%s%" PRId32, i ? " " : "", tok);
-        fflush(stdout);
-        if (!o.ignore_eos && is_stop(info, tok)) {
-            end = "STOP";
-            break;
-        }
-        if (i + 1 == o.n_predict)
-            break;
-        if (ms_session_eval(s, &tok, 1, NULL, &err)) {
-            if (err.code == MS_E_CONTEXT_FULL) {
-                end = "CONTEXT_FULL";
-                fprintf(stderr, "\nmoestream: %s\n", err.msg);
-                break;
-            }
-            printf("\n");
+    ms_sampler_accept(smp, ids, n);
+    if (tok && !o.ids) /* text out: only ids that have a token */
+        ms_sampler_limit(smp, ms_tokenizer_n_ids(tok));
+    for (int64_t off = 0, step = o.feed > 0 ? o.feed : n; off < n; off += step)
+        if (ms_session_eval(s, ids + off, n - off < step ? n - off : step, NULL, &err))
             goto out;
-        }
-    }
+    run_out ro = {.ids = o.ids || !tok, .hide_reasoning = o.hide_reasoning};
+    ms_gen_opts go = {.max_tokens = o.n_predict >= 0 ? o.n_predict : 256,
+                      .ignore_eos = o.ignore_eos, .sampler = smp, .tok = ro.ids ? NULL : tok,
+                      .parser = parser, .on_id = on_id, .on_text = on_text, .ctx = &ro};
+    ms_gen_result gr;
+    if (ms_generate(s, &go, &gr, &err))
+        goto out;
     printf("\n");
     fflush(stdout);
-    if (!o.ids)
-        fprintf(stderr, "(token ids shown: the text front end needs the tokenizer)\n");
+    if (gr.stop == MS_STOP_CONTEXT)
+        fprintf(stderr, "moestream: CONTEXT_FULL: generation stopped at %lld positions (the "
+                "context; raise --ctx)\n", (long long)ms_session_pos(s));
     if (o.stats) {
-        fprintf(stderr, "end: %s at position %lld\n", end, (long long)ms_session_pos(s));
-        print_stats(s);
+        fprintf(stderr, "end: %s at position %lld\n", stop_name(gr.stop),
+                (long long)ms_session_pos(s));
+        run_opts_print_stats(s);
     }
-    rc = strcmp(end, "CONTEXT_FULL") == 0 ? 3 : 0;
+    rc = gr.stop == MS_STOP_CONTEXT ? 3 : 0;
 out:
     if (rc == 1)
         rc = cli_fail(&err);
+    ms_chat_parser_close(parser);
+    ms_tokenizer_close(tok);
     ms_sampler_close(smp);
     ms_session_close(s);
     ms_engine_close(eng);
@@ -247,11 +135,11 @@ out:
 int cmd_logits(int argc, char **argv)
 {
     run_opts o;
-    int rc = parse("logits", argc, argv, &o);
+    int rc = run_opts_parse("logits", argc, argv, &o);
     if (rc)
         return rc;
-    if (!o.out)
-        return cli_usage_error("logits", "missing --out FILE");
+    if (!o.out || !o.prompt_ids)
+        return cli_usage_error("logits", "needs --prompt-ids FILE and --out FILE");
     ms_error err = {0};
     ms_engine *eng = NULL;
     ms_session *s = NULL;
@@ -260,7 +148,7 @@ int cmd_logits(int argc, char **argv)
     int64_t n = 0;
     FILE *f = NULL;
     rc = 1;
-    if (open_all(&o, &eng, &s, &ids, &n, &err))
+    if (cli_read_ids(o.prompt_ids, &ids, &n, &err) || run_opts_open(&o, &eng, &s, &err))
         goto out;
     int64_t vocab = ms_engine_info(eng)->vocab_size;
     logits = malloc(sizeof *logits * (size_t)(n * vocab));
@@ -269,8 +157,10 @@ int cmd_logits(int argc, char **argv)
                  (long long)vocab);
         goto out;
     }
-    if (prefill(s, ids, n, o.feed, logits, vocab, &err))
-        goto out;
+    for (int64_t off = 0, step = o.feed > 0 ? o.feed : n; off < n; off += step)
+        if (ms_session_eval(s, ids + off, n - off < step ? n - off : step, logits + off * vocab,
+                            &err))
+            goto out;
     f = fopen(o.out, "wb");
     if (!f || fwrite(logits, 4, (size_t)(n * vocab), f) != (size_t)(n * vocab) || fclose(f)) {
         snprintf(err.msg, sizeof err.msg, "%s: cannot write the logits", o.out);
@@ -279,7 +169,7 @@ int cmd_logits(int argc, char **argv)
     }
     f = NULL;
     if (o.stats)
-        print_stats(s);
+        run_opts_print_stats(s);
     rc = 0;
 out:
     if (f)

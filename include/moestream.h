@@ -53,6 +53,7 @@ typedef struct ms_engine_opts {
     int64_t ram;         /* expert cache budget in bytes; 0 = derived from memory */
     int cache_slots;     /* > 0: expert cache of exactly that many experts (tests, tuning) */
     int io_threads;      /* 0 = io_uring; > 0 = that many pread threads */
+    int reads;           /* experts of a layer read at once (0 = 2) */
     int no_prefetch;     /* disable decode prefetch of the next layer's experts */
     int buffered;        /* never use O_DIRECT for expert reads */
     const char *trace_path; /* write the expert routing trace here */
@@ -100,6 +101,14 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n,
                     float *logits, ms_error *err);
 const float *ms_session_logits(const ms_session *s);
 
+/* Makes the session hold exactly ids[0..n): keeps the longest prefix it
+ * already holds (at most n - 1 tokens, so that the last one is evaluated),
+ * drops the rest and evaluates the remainder. *reused (may be NULL) gets the
+ * number of positions kept. Fails with MS_E_CONTEXT_FULL, before changing
+ * anything, when n exceeds the context. */
+int ms_session_sync(ms_session *s, const int32_t *ids, int64_t n, int64_t *reused,
+                    ms_error *err);
+
 /* Per-session timing and traffic counters, accumulated since open. */
 typedef struct ms_stats {
     int64_t n_prefill_tokens, n_decode_tokens;
@@ -140,6 +149,10 @@ typedef struct ms_sampling {
     float top_p;
     float min_p;
     uint64_t seed;
+    float repetition_penalty;   /* 0 or 1 = off; as transformers: a seen token's logit is
+                                 * divided by it when positive, multiplied when negative */
+    float presence_penalty;     /* subtracted once from every seen token's logit */
+    float frequency_penalty;    /* subtracted per occurrence */
 } ms_sampling;
 
 typedef struct ms_sampler ms_sampler;
@@ -150,8 +163,15 @@ void ms_engine_default_sampling(const ms_engine *eng, ms_sampling *out);
 
 int ms_sampler_open(const ms_sampling *p, int32_t vocab, ms_sampler **out, ms_error *err);
 void ms_sampler_close(ms_sampler *s);
-/* Draws the next token from a logits row of vocab floats. */
+/* Draws the next token from a logits row of vocab floats (penalties use the
+ * tokens passed to ms_sampler_accept). */
 int32_t ms_sampler_next(ms_sampler *s, const float *logits);
+/* Records tokens as seen (prompt and generated) for the penalties. */
+void ms_sampler_accept(ms_sampler *s, const int32_t *ids, int64_t n);
+void ms_sampler_reset(ms_sampler *s);
+/* Never draw ids >= n (e.g. the padding rows of a vocabulary larger than the
+ * tokenizer's, which have no text); n <= 0 lifts the limit. */
+void ms_sampler_limit(ms_sampler *s, int32_t n);
 
 /* L0 report: family, dimensions, tensor counts per dtype, dense vs expert
  * bytes and a verdict. Writes the report to out; returns 0 when every
@@ -275,5 +295,38 @@ int ms_detok_open(const ms_tokenizer *tok, ms_detok **out, ms_error *err);
 int ms_detok_push(ms_detok *d, int32_t id, const char **text, size_t *len, ms_error *err);
 void ms_detok_flush(ms_detok *d, const char **text, size_t *len);
 void ms_detok_close(ms_detok *d);
+
+/* ---- generation ------------------------------------------------------------------ */
+
+enum ms_stop_reason {
+    MS_STOP_EOS = 0,      /* a stop id of the checkpoint (eos_token_id list) */
+    MS_STOP_LENGTH,       /* max_tokens reached */
+    MS_STOP_CONTEXT,      /* the KV cache is full (CONTEXT_FULL) */
+    MS_STOP_CANCEL,       /* *cancel was set */
+};
+
+typedef struct ms_gen_opts {
+    int64_t max_tokens;
+    int ignore_eos;
+    const volatile int *cancel;     /* polled before each token; may be NULL */
+    ms_sampler *sampler;
+    const ms_tokenizer *tok;        /* NULL: ids only, no text */
+    ms_chat_parser *parser;         /* NULL: all text is answer */
+    void (*on_id)(void *ctx, int32_t id);                      /* may be NULL */
+    void (*on_text)(void *ctx, int channel, const char *s, size_t n); /* may be NULL */
+    void *ctx;
+} ms_gen_opts;
+
+typedef struct ms_gen_result {
+    int64_t n_tokens;               /* emitted, the stop id included */
+    int stop;                       /* enum ms_stop_reason */
+} ms_gen_result;
+
+/* Generates from the session's last logits: samples a token, reports it,
+ * streams its text (whole UTF-8 characters, split by the chat parser), and
+ * evaluates it, until a stop id, max_tokens, a full context or a cancel.
+ * Every emitted token but the last is evaluated, so the session's history is
+ * the prompt followed by the response. */
+int ms_generate(ms_session *s, const ms_gen_opts *o, ms_gen_result *r, ms_error *err);
 
 #endif

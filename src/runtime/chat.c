@@ -362,11 +362,22 @@ static void end_header(ms_chat_parser *p)
     p->header.n = 0;
 }
 
+/* A Harmony header is a role and a channel name: past this many bytes without
+ * <|message|> the model is not following the format, and its text is shown
+ * as the answer rather than swallowed. */
+#define MAX_HEADER 64
+
 static void out_text(ms_chat_parser *p, const char *s, size_t n,
                      void (*emit)(void *, int, const char *, size_t), void *ctx)
 {
     if (p->in_header) {
         sb_put(&p->header, s, n);
+        if (p->header.n > MAX_HEADER) {
+            p->in_header = 0;
+            p->chan = MS_CHAT_ANSWER;
+            emit(ctx, p->chan, p->header.p, p->header.n);
+            p->header.n = 0;
+        }
         return;
     }
     while (p->skip_nl && n && *s == '\n')

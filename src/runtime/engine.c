@@ -138,6 +138,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
         eo.policy = MS_EXPERTS_CACHE;
         eo.budget = o->ram > 0 ? (uint64_t)o->ram : avail > used ? avail - used : 0;
         eo.slots = o->cache_slots;
+        eo.read_depth = o->reads;
         pin_dense(eng, o->quiet);
     }
     if (ms_expert_store_start(m->experts, eng->ck, &eo, err))
@@ -216,7 +217,7 @@ int ms_engine_expert_info(const ms_engine *eng, ms_expert_info *out)
     out->n_layers = m->n_layers;
     out->n_experts = m->n_experts;
     out->n_used = m->n_experts_used;
-    out->expert_bytes = ms_expert_bytes(m->experts, 0, 0);
+    out->expert_bytes = ms_expert_bytes_typical(m->experts);
     out->slot_bytes = ms_expert_store_slot_bytes(m->experts);
     out->slots = ms_expert_store_slots(m->experts);
     return 0;

@@ -28,6 +28,9 @@ struct ms_engine {
     FILE *trace;             /* expert routing trace, or NULL */
 };
 
+/* The engine behind a session (the session struct is private to session.c). */
+const ms_engine *ms_session_engine(const ms_session *s);
+
 /* Reads the stop/bos ids from generation_config.json (else config.json). */
 int ms_engine_read_special_ids(ms_engine *eng, ms_err *err);
 

@@ -30,8 +30,8 @@ static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
             (double)b->bytes[MS_ROLE_EXPERT] / 1e9);
     if (m->experts && m->n_experts)
         fprintf(out, "one expert: %llu bytes (%.2f MB), %d experts x %d layers, top-%d\n",
-                (unsigned long long)ms_expert_bytes(m->experts, 0, 0),
-                (double)ms_expert_bytes(m->experts, 0, 0) / 1e6, m->n_experts, m->n_layers,
+                (unsigned long long)ms_expert_bytes_typical(m->experts),
+                (double)ms_expert_bytes_typical(m->experts) / 1e6, m->n_experts, m->n_layers,
                 m->n_experts_used);
     int64_t full = 0, win = 0;
     for (int l = 0; l < m->n_layers; l++) {

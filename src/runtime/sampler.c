@@ -13,6 +13,9 @@ struct ms_sampler {
     uint64_t s[4];
     float *prob;
     int32_t *idx;
+    uint32_t *seen;     /* [vocab] occurrences, for the penalties */
+    int penalised;
+    int32_t limit;      /* draw only ids < limit */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -59,17 +62,21 @@ void ms_engine_default_sampling(const ms_engine *eng, ms_sampling *out)
         if (ms_json_bool_opt(g, f, "do_sample", 1, &do_sample, NULL))
             do_sample = 1;
     }
+    double rp = 1.0;
+    if (g && ms_json_num_opt(g, f, "repetition_penalty", 1.0, &rp, NULL))
+        rp = 1.0;
     out->temperature = do_sample ? (float)t : 0.0f;
     out->top_p = (float)p;
     out->top_k = (int32_t)k;
     out->min_p = 0.0f;
+    out->repetition_penalty = (float)rp;
 }
 
 int ms_sampler_open(const ms_sampling *p, int32_t vocab, ms_sampler **out, ms_error *err)
 {
     *out = NULL;
     if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) ||
-        !(p->min_p >= 0 && p->min_p <= 1) || p->top_k < 0)
+        !(p->min_p >= 0 && p->min_p <= 1) || p->top_k < 0 || !(p->repetition_penalty >= 0))
         return ms_err_set(err, MS_E_ARG, "sampling: temperature %g must be >= 0, top_p %g in "
                           "(0, 1], min_p %g in [0, 1], top_k %d >= 0", (double)p->temperature,
                           (double)p->top_p, (double)p->min_p, p->top_k);
@@ -78,12 +85,16 @@ int ms_sampler_open(const ms_sampling *p, int32_t vocab, ms_sampler **out, ms_er
         return -1;
     s->p = *p;
     s->vocab = vocab;
+    s->limit = vocab;
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
         s->s[i] = splitmix64(&x);
     s->prob = ms_malloc(sizeof *s->prob * (size_t)vocab, "sampler", err);
     s->idx = s->prob ? ms_malloc(sizeof *s->idx * (size_t)vocab, "sampler", err) : NULL;
-    if (!s->idx) {
+    s->seen = s->idx ? ms_calloc((size_t)vocab, sizeof *s->seen, "sampler", err) : NULL;
+    s->penalised = (p->repetition_penalty > 0 && p->repetition_penalty != 1) ||
+                   p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if (!s->seen) {
         ms_sampler_close(s);
         return -1;
     }
@@ -97,6 +108,7 @@ void ms_sampler_close(ms_sampler *s)
         return;
     free(s->prob);
     free(s->idx);
+    free(s->seen);
     free(s);
 }
 
@@ -118,9 +130,45 @@ static int by_prob_desc(const void *a, const void *b)
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
+void ms_sampler_accept(ms_sampler *s, const int32_t *ids, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < s->vocab)
+            s->seen[ids[i]]++;
+}
+
+void ms_sampler_limit(ms_sampler *s, int32_t n)
+{
+    s->limit = n > 0 && n < s->vocab ? n : s->vocab;
+}
+
+void ms_sampler_reset(ms_sampler *s)
+{
+    memset(s->seen, 0, sizeof *s->seen * (size_t)s->vocab);
+}
+
+/* The logits after the penalties, in s->prob. */
+static void penalise(ms_sampler *s, const float *logits)
+{
+    float rp = s->p.repetition_penalty;
+    for (int32_t i = 0; i < s->limit; i++) {
+        float l = logits[i];
+        if (s->seen[i]) {
+            if (rp > 0 && rp != 1)
+                l = l > 0 ? l / rp : l * rp;
+            l -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->seen[i];
+        }
+        s->prob[i] = l;
+    }
+}
+
 int32_t ms_sampler_next(ms_sampler *s, const float *logits)
 {
-    int32_t n = s->vocab;
+    int32_t n = s->limit; /* ids past the limit are simply not candidates */
+    if (s->penalised) {
+        penalise(s, logits);
+        logits = s->prob;
+    }
     if (s->p.temperature == 0)
         return argmax(logits, n);
     for (int32_t i = 0; i < n; i++) {

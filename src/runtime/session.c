@@ -18,6 +18,7 @@ struct ms_session {
     ms_timers timers;
     ms_stats stats;
     ms_trace *trace;
+    int32_t *hist;         /* [ctx]: the token at each cached position */
 };
 
 static int alloc_kv(ms_session *s, ms_err *err)
@@ -58,7 +59,8 @@ int ms_session_open(ms_engine *eng, const ms_session_opts *opts, ms_session **ou
     int nt = omp_get_max_threads();
     s->scores = ms_calloc((size_t)(nt * s->ctx), 4, "attention scratch", err);
     s->logits = s->scores ? ms_calloc((size_t)eng->model->vocab, 4, "logits", err) : NULL;
-    if (!s->logits || alloc_kv(s, err) || ms_trace_open(opts->dump_dir, &s->trace, err)) {
+    s->hist = s->logits ? ms_malloc(sizeof *s->hist * (size_t)s->ctx, "token history", err) : NULL;
+    if (!s->hist || alloc_kv(s, err) || ms_trace_open(opts->dump_dir, &s->trace, err)) {
         ms_session_close(s);
         return -1;
     }
@@ -77,7 +79,13 @@ void ms_session_close(ms_session *s)
     free(s->kv);
     free(s->scores);
     free(s->logits);
+    free(s->hist);
     free(s);
+}
+
+const ms_engine *ms_session_engine(const ms_session *s)
+{
+    return s->eng;
 }
 
 int64_t ms_session_pos(const ms_session *s)
@@ -146,6 +154,7 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
         };
         if (s->eng->family->forward(m, &f, err))
             return -1;
+        memcpy(s->hist + s->pos, ids + off, sizeof *ids * (size_t)nb);
         s->pos += nb;
     }
     if (logits)
@@ -188,4 +197,28 @@ void ms_session_stats(const ms_session *s, ms_stats *out)
         out->prefetch_wasted_bytes = e.prefetch_wasted_bytes;
         out->t_io_wait = e.t_wait;
     }
+}
+
+int ms_session_sync(ms_session *s, const int32_t *ids, int64_t n, int64_t *reused,
+                    ms_error *err)
+{
+    if (n <= 0)
+        return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 tokens)");
+    if (check_ids(s, ids, 0, err))
+        return -1;
+    if (n > s->ctx)
+        return ms_err_set(err, MS_E_CONTEXT_FULL,
+                          "CONTEXT_FULL: a prompt of %lld tokens exceeds the context of %lld "
+                          "tokens (raise --ctx)", (long long)n, (long long)s->ctx);
+    int64_t keep = 0;
+    while (keep < s->pos && keep < n - 1 && s->hist[keep] == ids[keep])
+        keep++; /* at least one token is evaluated: its logits are the result */
+    ms_error e2;
+    if (ms_session_truncate(s, keep, &e2)) { /* sliding layers cannot rewind that far */
+        keep = 0;
+        ms_session_truncate(s, 0, &e2);
+    }
+    if (reused)
+        *reused = keep;
+    return ms_session_eval(s, ids + keep, n - keep, NULL, err);
 }

@@ -63,6 +63,7 @@ struct ms_expert_store {
     uint8_t *arena;
     int32_t *slot_of;               /* [n_layers * n_experts] -> slot or -1 */
     uint64_t clock, gen;
+    int read_depth;                 /* experts of a batch in flight at once */
     ms_usage usage;                 /* routing statistics for eviction */
     /* the current batch */
     int b_layer, b_n, b_done;
@@ -153,6 +154,16 @@ uint64_t ms_expert_bytes(const ms_expert_store *st, int layer, int e)
     return n;
 }
 
+uint64_t ms_expert_bytes_typical(const ms_expert_store *st)
+{
+    for (int l = 0; l < st->n_layers; l++) {
+        uint64_t b = ms_expert_bytes(st, l, 0);
+        if (b)
+            return b;
+    }
+    return 0;
+}
+
 uint64_t ms_expert_total_bytes(const ms_expert_store *st)
 {
     uint64_t n = 0;
@@ -178,7 +189,7 @@ void ms_expert_store_trace(ms_expert_store *st, FILE *f)
     if (f)
         fprintf(f, "# moestream expert trace v1 layers=%d experts=%d slot_bytes=%llu "
                 "expert_bytes=%llu slots=%d\n", st->n_layers, st->n_experts,
-                (unsigned long long)st->slot_bytes, (unsigned long long)ms_expert_bytes(st, 0, 0),
+                (unsigned long long)st->slot_bytes, (unsigned long long)ms_expert_bytes_typical(st),
                 st->n_slots);
 }
 
@@ -338,6 +349,7 @@ int ms_expert_store_start(ms_expert_store *st, const ms_checkpoint *ck,
         return ms_err_set(err, MS_E_ARG, "expert cache budget of %.1f MB is below one expert "
                           "(%.1f MB)", (double)o->budget / 1e6, (double)st->slot_bytes / 1e6);
     st->n_slots = (int)(n < max_slots ? n : max_slots);
+    st->read_depth = o->read_depth > 0 ? o->read_depth : 2;
     st->budget = o->budget;
     size_t bytes = (size_t)st->n_slots * st->slot_bytes;
     st->arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -514,6 +526,36 @@ static int reap(ms_expert_store *st, int block, ms_err *err)
 
 /* ---- batches ------------------------------------------------------------------ */
 
+/* Starts loading the batch's missing experts, keeping at most read_depth of
+ * its experts in flight: the disk reaches its bandwidth with one or two
+ * whole experts queued, and experts that arrive one after the other let
+ * the compute of the first overlap the reads of the next (all at once, they
+ * share the disk and all arrive at the end). Returns the number still
+ * waiting for a slot, or -1. */
+static int start_misses(ms_expert_store *st, ms_err *err)
+{
+    int loading = 0, waiting = 0;
+    for (int i = 0; i < st->b_n; i++)
+        loading += st->b[i].state == 1 && st->slots[st->b[i].slot].state == SLOT_LOADING;
+    for (int i = 0; i < st->b_n; i++) {
+        batch_entry *b = &st->b[i];
+        if (b->state != 0)
+            continue;
+        int v = loading < st->read_depth ? victim(st, st->b_layer) : -1;
+        if (v < 0) {
+            waiting++;
+            continue;
+        }
+        if (load(st, v, st->b_layer, b->expert, err))
+            return -1;
+        st->slots[v].batch_gen = st->gen;
+        b->slot = v;
+        b->state = 1;
+        loading++;
+    }
+    return waiting;
+}
+
 int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, int n,
                           ms_err *err)
 {
@@ -581,20 +623,7 @@ int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, in
             s->prefetched = 0;
         }
     }
-    /* then start every miss that a slot can be found for: queue depth > 1 */
-    for (int i = 0; i < n; i++) {
-        if (st->b[i].state)
-            continue;
-        int v = victim(st, layer);
-        if (v < 0)
-            break;
-        if (load(st, v, layer, ids[i], err))
-            return -1;
-        st->slots[v].batch_gen = st->gen;
-        st->b[i].slot = v;
-        st->b[i].state = 1;
-    }
-    return 0;
+    return start_misses(st, err) < 0 ? -1 : 0;
 }
 
 static void fill_lease(ms_expert_store *st, int i, ms_expert_lease *out)
@@ -626,30 +655,24 @@ int ms_expert_batch_next(ms_expert_store *st, ms_expert_lease *out, ms_err *err)
     for (;;) {
         if (reap(st, 0, err) < 0)
             return -1;
-        int waiting = 0;
         for (int i = 0; i < st->b_n; i++) {
             batch_entry *b = &st->b[i];
-            if (b->state == 1) {
-                slot *s = &st->slots[b->slot];
-                if (s->state == SLOT_FAILED)
-                    return ms_err_set(err, MS_E_IO, "%s", s->err);
-                if (s->state == SLOT_READY) {
-                    fill_lease(st, i, out);
-                    return 1;
-                }
-            } else if (b->state == 0) {
-                int v = victim(st, st->b_layer);
-                if (v >= 0) {
-                    if (load(st, v, st->b_layer, b->expert, err))
-                        return -1;
-                    st->slots[v].batch_gen = st->gen;
-                    b->slot = v;
-                    b->state = 1;
-                } else {
-                    waiting++;
-                }
+            if (b->state != 1)
+                continue;
+            slot *s = &st->slots[b->slot];
+            if (s->state == SLOT_FAILED)
+                return ms_err_set(err, MS_E_IO, "%s", s->err);
+            if (s->state == SLOT_READY) {
+                int w = start_misses(st, err); /* keep the disk busy while this computes */
+                if (w < 0)
+                    return -1;
+                fill_lease(st, i, out);
+                return 1;
             }
         }
+        int waiting = start_misses(st, err);
+        if (waiting < 0)
+            return -1;
         if (st->io->inflight == 0 && waiting)
             return ms_err_set(err, MS_E_ARG, "expert cache of %d slots cannot hold the experts "
                               "this batch needs at once", st->n_slots);

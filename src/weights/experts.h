@@ -56,6 +56,7 @@ typedef struct ms_expert_opts {
     int slots;              /* cache: > 0 sizes the cache in experts instead of bytes */
     int io_threads;         /* cache: 0 = io_uring; > 0 = pread pool of that size */
     int io_depth;           /* cache: io_uring entries (default 64) */
+    int read_depth;         /* cache: a batch's experts read at once (default 2) */
     int buffered;           /* cache: 1 = never try O_DIRECT */
     ms_io *io;              /* tests: use this backend (the store takes ownership) */
 } ms_expert_opts;
@@ -105,6 +106,9 @@ void ms_expert_store_trace(ms_expert_store *st, FILE *f);
 
 /* Bytes of one expert (all matrices and scales) of a layer. */
 uint64_t ms_expert_bytes(const ms_expert_store *st, int layer, int e);
+/* Bytes of one expert of the first layer that has routed experts (layers
+ * before first_k_dense_replace register none). */
+uint64_t ms_expert_bytes_typical(const ms_expert_store *st);
 /* Sum over all registered experts. */
 uint64_t ms_expert_total_bytes(const ms_expert_store *st);
 
