@@ -226,20 +226,10 @@ static int deepseek_v3_open(const ms_checkpoint *ck, ms_binder *b, const ms_mode
     *out = NULL;
     if (read_config(&tmp, ck->config, &n_layers, err))
         return -1;
-    deepseek_v3 *m = ms_model_alloc(sizeof *m, &ms_family_deepseek_v3, (int)n_layers, err);
+    deepseek_v3 *m = ms_model_create(&tmp, sizeof *m, &ms_family_deepseek_v3, (int)n_layers, tmp.d, tmp.vocab,
+                            tmp.n_experts, tmp.top_k, opts, b, err);
     if (!m)
         return -1;
-    ms_model base = m->base;
-    *m = tmp;
-    m->base = base;
-    m->base.max_ctx = tmp.base.max_ctx;
-    m->base.d_model = m->d;
-    m->base.vocab = m->vocab;
-    m->base.max_batch = opts->max_batch > 0 ? opts->max_batch : 1;
-    m->base.n_experts = m->n_experts;
-    m->base.n_experts_used = m->top_k;
-    if (!opts->check_only)
-        b->arena = &m->base.arena;
     if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         ms_mla_read_rope(ck->config, (int)m->rope_dim, m->interleave, &m->rope, &m->rc, err) ||
         ms_expert_store_open((int)n_layers, m->n_experts, 3, &m->base.experts, err) ||

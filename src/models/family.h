@@ -98,6 +98,14 @@ const ms_family *ms_family_find(const ms_checkpoint *ck, ms_err *err);
 /* Allocates the ms_model part of a family model of `size` bytes (zeroed),
  * with per-layer KV tables for n_layers. */
 void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *err);
+
+/* The common start of a family's open: `tmp` is the family's struct (ms_model
+ * first) into which read_config put its hyper-parameters; allocates the
+ * model, copies tmp into it, fills the shared fields (dimensions, batch size,
+ * experts) and points the binder at the model's arena (unless check-only). */
+void *ms_model_create(const void *tmp, size_t size, const ms_family *fam, int n_layers,
+                      int64_t d_model, int64_t vocab, int n_experts, int n_used,
+                      const ms_model_opts *opts, ms_binder *b, ms_err *err);
 void ms_model_free(ms_model *m);
 
 #endif

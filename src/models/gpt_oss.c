@@ -226,23 +226,13 @@ static int gpt_oss_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_op
     *out = NULL;
     if (read_config(&tmp, ck->config, &n_layers, err))
         return -1;
-    gpt_oss *m = ms_model_alloc(sizeof *m, &ms_family_gpt_oss, (int)n_layers, err);
+    gpt_oss *m = ms_model_create(&tmp, sizeof *m, &ms_family_gpt_oss, (int)n_layers, tmp.d, tmp.vocab,
+                            tmp.n_experts, tmp.top_k, opts, b, err);
     if (!m)
         return -1;
-    ms_model base = m->base;
-    *m = tmp;
-    m->base = base;
-    m->base.max_ctx = tmp.base.max_ctx;
-    m->base.d_model = m->d;
-    m->base.vocab = m->vocab;
-    m->base.max_batch = opts->max_batch > 0 ? opts->max_batch : 1;
-    m->base.n_experts = m->n_experts;
-    m->base.n_experts_used = m->top_k;
     int64_t E = m->n_experts;
     ms_mat *ex = NULL;
     ms_span *sp = NULL;
-    if (!opts->check_only)
-        b->arena = &m->base.arena;
     if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         read_rope(m, ck->config, err) ||
         ms_expert_store_open((int)n_layers, (int)E, 2, &m->base.experts, err))

@@ -256,20 +256,10 @@ static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *o
     *out = NULL;
     if (read_config(&tmp, ck->config, &n_layers, err))
         return -1;
-    longcat *m = ms_model_alloc(sizeof *m, &ms_family_longcat_flash, (int)n_layers, err);
+    longcat *m = ms_model_create(&tmp, sizeof *m, &ms_family_longcat_flash, (int)n_layers, tmp.d, tmp.vocab,
+                            tmp.n_experts, tmp.top_k, opts, b, err);
     if (!m)
         return -1;
-    ms_model base = m->base;
-    *m = tmp;
-    m->base = base;
-    m->base.max_ctx = tmp.base.max_ctx;
-    m->base.d_model = m->d;
-    m->base.vocab = m->vocab;
-    m->base.max_batch = opts->max_batch > 0 ? opts->max_batch : 1;
-    m->base.n_experts = m->n_experts;
-    m->base.n_experts_used = m->top_k;
-    if (!opts->check_only)
-        b->arena = &m->base.arena;
     m->layers = ms_arena_alloc(&m->base.arena, sizeof *m->layers * (size_t)n_layers, "layers",
                                err);
     if (!m->layers ||
