@@ -35,6 +35,7 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dump import top2_margin, write_dump  # noqa: E402
 from safetensors_np import ModelFolder  # noqa: E402
 
 FP4_VALUES = np.array([+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0,
@@ -296,26 +297,6 @@ class GptOss:
 
     def new_cache(self):
         return [(None, None, None) for _ in range(self.c.n_layers)]
-
-
-def top2_margin(logits):
-    s = np.sort(logits, axis=-1)
-    return (s[..., -1] - s[..., -2]).astype(float)
-
-
-def write_dump(folder, dump):
-    os.makedirs(folder, exist_ok=True)
-    manifest = {}
-    for name, arr in dump.items():
-        if arr.dtype.kind == "i":
-            arr, tag = arr.astype("<i4"), "i32"
-        else:
-            arr, tag = arr.astype("<f4"), "f32"
-        arr.tofile(os.path.join(folder, name + "." + tag))  # moestream trace format
-        manifest[name] = {"dtype": tag, "shape": list(arr.shape)}
-    with open(os.path.join(folder, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-        f.write("\n")
 
 
 def main():

@@ -33,6 +33,7 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dump import top2_margin, write_dump  # noqa: E402
 from safetensors_np import ModelFolder  # noqa: E402
 
 
@@ -365,31 +366,10 @@ def mla(lw, d, t, pos, cs, cache, key, absorbed):
 
 
 # --- dump / CLI ----------------------------------------------------------------------------
-def top2_margin(logits):
-    s = np.sort(logits, axis=-1)
-    return (s[..., -1] - s[..., -2]).astype(float)
-
-
 def topk_desc(x, k):
     """Indices of the k largest per row, descending; ties: lower index first (torch.topk
     sorted=True order for distinct values)."""
     return np.argsort(-x, axis=-1, kind="stable")[:, :k]
-
-
-def write_dump(folder, dump):
-    """<name>.f32 / <name>.i32 raw little-endian + manifest.json (moestream trace format)."""
-    os.makedirs(folder, exist_ok=True)
-    manifest = {}
-    for name, arr in dump.items():
-        if arr.dtype.kind == "i":
-            arr, tag = arr.astype("<i4"), "i32"
-        else:
-            arr, tag = arr.astype("<f4"), "f32"
-        arr.tofile(os.path.join(folder, name + "." + tag))
-        manifest[name] = {"dtype": tag, "shape": list(arr.shape)}
-    with open(os.path.join(folder, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-        f.write("\n")
 
 
 def run_cli(doc, make_model, absorbed_help):
