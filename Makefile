@@ -13,7 +13,7 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -fopenmp -D_GNU_SOURCE -fno-fast-math \
            -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
 LDFLAGS := -fopenmp $(SAN)
-LDLIBS  := -ljansson -luring -lpcre2-8 -lm -lpthread
+LDLIBS  := -ljansson -luring -lpcre2-8 -lmicrohttpd -lm -lpthread
 
 # Per-file ISA flags: only these files may contain intrinsics.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -58,7 +58,10 @@ $(BIN): $(APP_OBJ) $(LIB)
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -Iapp -o $@ $< $(filter %.o,$^) $(LIB) $(LDFLAGS) $(LDLIBS)
+
+# Tests of front-end pieces link the app objects they test.
+$(BUILD)/tests/server/test_request: $(BUILD)/app/serve_request.o
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

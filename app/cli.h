@@ -52,5 +52,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -26,6 +26,11 @@ static const struct {
      "[--threads N]\n                [same placement options as run]"},
     {"inspect", cmd_inspect, "inspect MODEL_DIR"},
     {"tokenize", cmd_tokenize, "tokenize MODEL_DIR (--text TEXT | --text-file FILE)"},
+    {"serve", cmd_serve,
+     "serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-body SIZE] "
+     "[--queue N] [--name ID]\n                [--timeout S] [--keepalive S] [--ctx N] [-n N] "
+     "[sampling, --think, "
+     "--reasoning-effort and placement options as run]"},
     {"render", cmd_render,
      "render --family MODEL_TYPE --messages FILE.json [--no-generation-prompt] "
      "[--thinking on|off] [--reasoning-effort E] [--date YYYY-MM-DD]"},

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what moestream needs to build and test on Debian 12 (idempotent).
-# Build: gcc, make, jansson (JSON), liburing (io_uring), PCRE2 (tokenizer regexes).
-# Tests and tools: Python 3 with NumPy from Debian (oracle, tiny-checkpoint writer).
+# Build: gcc, make, jansson (JSON), liburing (io_uring), PCRE2 (tokenizer regexes),
+# libmicrohttpd (moestream serve). Tests and tools: Python 3 with NumPy from Debian
+# (oracle, tiny-checkpoint writer), curl (server tests).
 set -euo pipefail
-pkgs=(build-essential pkg-config libjansson-dev liburing-dev libpcre2-dev python3 python3-numpy python3-jinja2)
+pkgs=(build-essential pkg-config libjansson-dev liburing-dev libpcre2-dev libmicrohttpd-dev curl python3 python3-numpy python3-jinja2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,713 @@
+/* moestream serve: an OpenAI-compatible HTTP server over one loaded model.
+ *
+ *   moestream serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+ *                   [--max-body SIZE] [--queue N] [--name ID] [--timeout S] [--keepalive S]
+ *                   [--ctx N] [--threads N] [-n N]
+ *                   [sampling defaults, --think, --reasoning-effort, placement as run]
+ *
+ *   --api-key KEY    requests need "Authorization: Bearer KEY" (also $MOESTREAM_API_KEY);
+ *                    /health never does
+ *   --max-body SIZE  larger request bodies get 413 (default 8M)
+ *   --queue N        at most N requests waiting; more get 503 (default 64)
+ *   --name ID        the model id in /v1/models and responses (default: the folder name)
+ *   --timeout S      idle keep-alive connections are closed after S seconds (default 120)
+ *   --keepalive S    a stream with nothing to send (queued, long prefill) gets an SSE
+ *                    comment line every S seconds (default 10)
+ *   -n N             max_tokens when a request gives none (default: up to the context)
+ *
+ * Endpoints: GET /health, GET /v1/models[/ID], POST /v1/chat/completions,
+ * POST /v1/completions (serve_http.c). Connections are served on
+ * libmicrohttpd's threads (one per connection): they parse the body
+ * (serve_request.c), render the chat template and tokenize (both
+ * thread-safe), then queue a job. One worker thread owns the session and runs
+ * the jobs strictly in arrival order; ms_session_sync keeps the KV prefix the
+ * new prompt shares with the previous conversation. A client that hangs up,
+ * a stop sequence and shutdown all set the job's cancel flag, which
+ * ms_generate polls before each token.
+ *
+ * Beyond the OpenAI fields, every completion carries "moestream": {"ids":
+ * [generated token ids, the stop id included], "reused": prompt positions
+ * kept from the KV cache} (non-streaming: in the response; streaming: in the
+ * chunk that has the finish_reason), and usage.prompt_tokens_details.
+ * cached_tokens says the same as "reused". Requests may also set top_k and
+ * ignore_eos (vLLM's), and chat_template_kwargs.enable_thinking.
+ *
+ * SIGINT / SIGTERM: pending and running generations are cancelled, the
+ * server stops and the command exits with status 0. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "serve.h"
+
+/* ---- jobs ------------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+srv_job *srv_job_new(void)
+{
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    j->refs = 1;
+    j->fd = -1;
+    j->created = (int64_t)time(NULL);
+    j->t_start = now_s();
+    return j;
+}
+
+void srv_job_unref(srv_job *j)
+{
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->mu);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last)
+        return;
+    srv_request_free(&j->req);
+    free(j->ids);
+    free(j->out);
+    free(j->body);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+void srv_job_emit(srv_job *j, const char *s, size_t n)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->out_len + n > j->out_cap) {
+        size_t cap = j->out_cap ? j->out_cap : 4096;
+        while (cap < j->out_len + n)
+            cap *= 2;
+        char *p = realloc(j->out, cap);
+        if (!p) { /* the client misses a chunk; the stream stays well formed */
+            pthread_mutex_unlock(&j->mu);
+            return;
+        }
+        j->out = p;
+        j->out_cap = cap;
+    }
+    memcpy(j->out + j->out_len, s, n);
+    j->out_len += n;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_finish(srv_job *j, int status, char *body)
+{
+    pthread_mutex_lock(&j->mu);
+    j->status = status;
+    free(j->body);
+    j->body = body;
+    j->finished = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+int srv_enqueue(srv *sv, srv_job *j)
+{
+    pthread_mutex_lock(&sv->mu);
+    if (sv->stopping || sv->n_queued >= sv->max_queue) {
+        pthread_mutex_unlock(&sv->mu);
+        return -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    j->next = NULL;
+    if (sv->tail)
+        sv->tail->next = j;
+    else
+        sv->head = j;
+    sv->tail = j;
+    sv->n_queued++;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    return 0;
+}
+
+/* ---- preparing a request (connection threads) --------------------------------------- */
+
+static int job_thinking(const srv *sv, const srv_job *j)
+{
+    return j->req.thinking >= 0 ? j->req.thinking : sv->thinking;
+}
+
+int srv_prepare(srv *sv, srv_job *j, srv_err *e)
+{
+    ms_error err = {0};
+    char *text = NULL;
+    const char *t = j->req.prompt;
+    if (j->req.kind == SRV_CHAT) {
+        ms_chat_msg *m = calloc((size_t)j->req.n_msgs, sizeof *m);
+        if (!m)
+            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        for (int i = 0; i < j->req.n_msgs; i++)
+            m[i] = (ms_chat_msg){j->req.msgs[i].role, j->req.msgs[i].content,
+                                 j->req.msgs[i].reasoning};
+        ms_chat_opts co = {.add_generation_prompt = 1, .thinking = job_thinking(sv, j),
+                           .reasoning_effort = j->req.reasoning_effort ? j->req.reasoning_effort
+                                                                       : sv->effort};
+        int rc = ms_chat_render(sv->info->family, m, j->req.n_msgs, &co, &text, &err);
+        free(m);
+        if (rc)
+            return srv_fail(e, err.code == MS_E_ARG ? 400 : 500,
+                            err.code == MS_E_ARG ? "invalid_request_error" : "server_error",
+                            "messages", NULL, "%s", err.msg);
+        t = text;
+    }
+    int rc = ms_tokenizer_encode(sv->tok, t, strlen(t), 1, &j->ids, &j->n_ids, &err);
+    free(text);
+    if (rc)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err.msg);
+    const char *what = j->req.kind == SRV_CHAT ? "messages" : "prompt";
+    if (j->n_ids == 0)
+        return srv_fail(e, 400, "invalid_request_error", what, "invalid_value",
+                        "Invalid value for '%s': the prompt has no tokens.", what);
+    if (j->n_ids >= sv->ctx)
+        return srv_fail(e, 400, "invalid_request_error", what, "context_length_exceeded",
+                        "This model's maximum context length is %lld tokens. However, your "
+                        "%s resulted in %lld tokens (and the completion needs at least one "
+                        "more).", (long long)sv->ctx, what, (long long)j->n_ids);
+    uint64_t n = __atomic_add_fetch(&sv->counter, 1, __ATOMIC_RELAXED);
+    uint64_t h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created;
+    snprintf(j->id, sizeof j->id, "%s%016" PRIx64, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-",
+             h);
+    return 0;
+}
+
+int srv_model_json(const srv *sv, char **out)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:I}}", "id", sv->name, "object", "model",
+                          "created", (json_int_t)0, "owned_by", "moestream", "moestream",
+                          "family", sv->info->family, "context", (json_int_t)sv->ctx);
+    *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return *out ? 0 : -1;
+}
+
+/* ---- generation (the worker) ---------------------------------------------------------- */
+
+typedef struct strbuf {
+    char *p;
+    size_t n, cap;
+} strbuf;
+
+static void sb_add(strbuf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+/* Text as a JSON string; bytes that are not UTF-8 (never expected: the
+ * streaming decoder emits whole characters) become U+FFFD. */
+static json_t *jstr(const char *s, size_t n)
+{
+    json_t *v = json_stringn(s, n);
+    if (v)
+        return v;
+    strbuf b = {0};
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80)
+            sb_add(&b, s + i, 1);
+        else {
+            size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+            json_t *t = k && i + k <= n ? json_stringn(s + i, k) : NULL;
+            if (t) {
+                sb_add(&b, s + i, k);
+                i += k - 1;
+                json_decref(t);
+            } else {
+                sb_add(&b, "\xef\xbf\xbd", 3);
+            }
+        }
+    }
+    v = json_stringn(b.p ? b.p : "", b.n);
+    free(b.p);
+    return v;
+}
+
+typedef struct gen {
+    srv *sv;
+    srv_job *j;
+    int chat, stream;
+    strbuf content, reasoning, pending;
+    int32_t *ids;
+    int64_t n_ids, cap_ids;
+    int stop_hit;
+} gen;
+
+static void emit_json(gen *g, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s)
+        return;
+    srv_job_emit(g->j, "data: ", 6);
+    srv_job_emit(g->j, s, strlen(s));
+    srv_job_emit(g->j, "\n\n", 2);
+    free(s);
+}
+
+/* One streaming chunk: a delta (chat) or a text (completions). */
+static json_t *chunk(gen *g, json_t *delta_or_text, const char *finish)
+{
+    srv_job *j = g->j;
+    json_t *fin = finish ? json_string(finish) : json_null();
+    json_t *choice = g->chat
+        ? json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta_or_text, "logprobs",
+                    "finish_reason", fin)
+        : json_pack("{s:o, s:i, s:n, s:o}", "text", delta_or_text, "index", 0, "logprobs",
+                    "finish_reason", fin);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", j->id, "object",
+                          g->chat ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)j->created, "model", g->sv->name, "choices", choice);
+    if (o && j->req.include_usage)
+        json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static void out_text(gen *g, int chan, const char *s, size_t n)
+{
+    if (!n)
+        return;
+    if (!g->stream) {
+        sb_add(chan == MS_CHAT_REASONING ? &g->reasoning : &g->content, s, n);
+        return;
+    }
+    json_t *t = jstr(s, n);
+    if (g->chat)
+        t = json_pack("{s:o}", chan == MS_CHAT_REASONING ? "reasoning_content" : "content", t);
+    emit_json(g, chunk(g, t, NULL));
+}
+
+/* Answer text through the stop sequences: emits what can no longer be the
+ * start of one, holds back a possible partial match, and ends the
+ * generation at the first full match (which is not emitted). */
+static void on_text(void *ctx, int chan, const char *s, size_t n)
+{
+    gen *g = ctx;
+    const srv_request *r = &g->j->req;
+    if (g->stop_hit)
+        return;
+    if (chan == MS_CHAT_REASONING || r->n_stop == 0) {
+        out_text(g, chan, s, n);
+        return;
+    }
+    sb_add(&g->pending, s, n);
+    const char *p = g->pending.p;
+    size_t len = g->pending.n, cut = len, hold = 0;
+    for (int i = 0; i < r->n_stop; i++) {
+        const char *m = memmem(p, len, r->stop[i], strlen(r->stop[i]));
+        if (m && (size_t)(m - p) < cut)
+            cut = (size_t)(m - p);
+    }
+    if (cut < len) {
+        out_text(g, MS_CHAT_ANSWER, p, cut);
+        g->pending.n = 0;
+        g->stop_hit = 1;
+        __atomic_store_n(&g->j->halt, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t sl = strlen(r->stop[i]);
+        for (size_t k = sl - 1 < len ? sl - 1 : len; k > hold; k--)
+            if (!memcmp(p + len - k, r->stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    out_text(g, MS_CHAT_ANSWER, p, len - hold);
+    memmove(g->pending.p, p + len - hold, hold);
+    g->pending.n = hold;
+}
+
+static void on_id(void *ctx, int32_t id)
+{
+    gen *g = ctx;
+    if (g->n_ids == g->cap_ids) {
+        int64_t cap = g->cap_ids ? 2 * g->cap_ids : 64;
+        int32_t *p = realloc(g->ids, sizeof *p * (size_t)cap);
+        if (!p)
+            return;
+        g->ids = p;
+        g->cap_ids = cap;
+    }
+    g->ids[g->n_ids++] = id;
+}
+
+static json_t *ids_json(const gen *g, int64_t reused)
+{
+    json_t *a = json_array();
+    for (int64_t i = 0; i < g->n_ids; i++)
+        json_array_append_new(a, json_integer(g->ids[i]));
+    return json_pack("{s:o, s:I}", "ids", a, "reused", (json_int_t)reused);
+}
+
+static json_t *usage_json(const srv_job *j, int64_t n_gen, int64_t reused)
+{
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)j->n_ids,
+                     "completion_tokens", (json_int_t)n_gen, "total_tokens",
+                     (json_int_t)(j->n_ids + n_gen), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)reused);
+}
+
+static void fail_job(gen *g, int status, const char *type, const char *code, const char *msg)
+{
+    srv_err e;
+    srv_fail(&e, status, type, NULL, code, "%s", msg);
+    char *body = srv_error_json(&e);
+    if (g->stream && body) {
+        srv_job_emit(g->j, "data: ", 6);
+        srv_job_emit(g->j, body, strlen(body));
+        srv_job_emit(g->j, "\n\ndata: [DONE]\n\n", 16);
+        free(body);
+        body = NULL;
+    }
+    srv_job_finish(g->j, status, body);
+}
+
+static void run_job(srv *sv, srv_job *j)
+{
+    ms_error err = {0};
+    ms_sampler *smp = NULL;
+    ms_chat_parser *parser = NULL;
+    gen g = {.sv = sv, .j = j, .chat = j->req.kind == SRV_CHAT, .stream = j->req.stream};
+    int64_t reused = 0;
+    if (sv->no_reuse)
+        ms_session_truncate(sv->s, 0, &err);
+    if (ms_session_sync(sv->s, j->ids, j->n_ids, &reused, &err)) {
+        fail_job(&g, err.code == MS_E_CONTEXT_FULL ? 400 : 500,
+                 err.code == MS_E_CONTEXT_FULL ? "invalid_request_error" : "server_error",
+                 err.code == MS_E_CONTEXT_FULL ? "context_length_exceeded" : NULL, err.msg);
+        return;
+    }
+    ms_sampling sp = sv->sampling;
+    const srv_request *r = &j->req;
+    if (r->have_temperature) sp.temperature = (float)r->temperature;
+    if (r->have_top_p) sp.top_p = r->top_p > 0 ? (float)r->top_p : 1e-9f;
+    if (r->have_top_k) sp.top_k = (int32_t)r->top_k;
+    if (r->have_presence) sp.presence_penalty = (float)r->presence_penalty;
+    if (r->have_frequency) sp.frequency_penalty = (float)r->frequency_penalty;
+    if (r->have_seed)
+        sp.seed = r->seed;
+    else if (!sv->have_seed) /* no seed anywhere: a different draw each time */
+        sp.seed = (uint64_t)(now_s() * 1e9) ^ ((uint64_t)j->created << 20) ^
+                  (uint64_t)(uintptr_t)j;
+    if (ms_sampler_open(&sp, sv->info->vocab_size, &smp, &err) ||
+        (g.chat && ms_chat_parser_open(sv->info->family, job_thinking(sv, j), &parser, &err))) {
+        fail_job(&g, 500, "server_error", NULL, err.msg);
+        goto out;
+    }
+    ms_sampler_limit(smp, ms_tokenizer_n_ids(sv->tok)); /* only ids that have text */
+    ms_sampler_accept(smp, j->ids, j->n_ids);
+    if (g.stream && g.chat)
+        emit_json(&g, chunk(&g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
+                            NULL));
+    int64_t room = sv->ctx - j->n_ids;
+    int64_t max = r->max_tokens > 0 ? r->max_tokens
+                : sv->default_max_tokens > 0 ? sv->default_max_tokens : room;
+    ms_gen_opts go = {.max_tokens = max, .ignore_eos = r->ignore_eos || sv->ignore_eos,
+                      .cancel = &j->halt, .sampler = smp, .tok = sv->tok, .parser = parser,
+                      .on_id = on_id, .on_text = on_text, .ctx = &g};
+    ms_gen_result gr;
+    if (ms_generate(sv->s, &go, &gr, &err)) {
+        fail_job(&g, 500, "server_error", NULL, err.msg);
+        goto out;
+    }
+    if (!g.stop_hit && g.pending.n) /* a partial stop sequence that never completed */
+        out_text(&g, MS_CHAT_ANSWER, g.pending.p, g.pending.n);
+    const char *finish = g.stop_hit || gr.stop == MS_STOP_EOS ? "stop" : "length";
+    int cancelled = gr.stop == MS_STOP_CANCEL && !g.stop_hit;
+    fprintf(stderr, "serve: %s: %lld prompt tokens (%lld reused), %lld generated, %s, "
+                "%.3f s\n", j->id, (long long)j->n_ids, (long long)reused,
+                (long long)gr.n_tokens, cancelled ? "cancelled" : finish, now_s() - j->t_start);
+    if (sv->stats)
+        run_opts_print_stats(sv->s);
+    if (cancelled) {
+        srv_job_finish(j, 499, NULL);
+        goto out;
+    }
+    if (g.stream) {
+        json_t *c = chunk(&g, g.chat ? json_object() : json_string(""), finish);
+        json_object_set_new(c, "moestream", ids_json(&g, reused));
+        emit_json(&g, c);
+        if (r->include_usage) {
+            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", j->id, "object",
+                                  g.chat ? "chat.completion.chunk" : "text_completion",
+                                  "created", (json_int_t)j->created, "model", sv->name,
+                                  "choices", "usage", usage_json(j, gr.n_tokens, reused));
+            emit_json(&g, u);
+        }
+        srv_job_emit(j, "data: [DONE]\n\n", 14);
+        srv_job_finish(j, 200, NULL);
+        goto out;
+    }
+    json_t *choice;
+    if (g.chat) {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                jstr(g.content.p ? g.content.p : "", g.content.n));
+        if (g.reasoning.n)
+            json_object_set_new(msg, "reasoning_content", jstr(g.reasoning.p, g.reasoning.n));
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
+                           "finish_reason", finish);
+    } else {
+        choice = json_pack("{s:o, s:i, s:n, s:s}", "text",
+                           jstr(g.content.p ? g.content.p : "", g.content.n), "index", 0,
+                           "logprobs", "finish_reason", finish);
+    }
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
+                          g.chat ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)j->created, "model", sv->name, "choices", choice, "usage",
+                          usage_json(j, gr.n_tokens, reused), "moestream", ids_json(&g, reused));
+    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (body)
+        srv_job_finish(j, 200, body);
+    else
+        fail_job(&g, 500, "server_error", NULL, "out of memory building the response");
+out:
+    free(g.content.p);
+    free(g.reasoning.p);
+    free(g.pending.p);
+    free(g.ids);
+    ms_chat_parser_close(parser);
+    ms_sampler_close(smp);
+}
+
+void *srv_worker(void *arg)
+{
+    srv *sv = arg;
+    for (;;) {
+        pthread_mutex_lock(&sv->mu);
+        while (!sv->head && !sv->stopping)
+            pthread_cond_wait(&sv->cv, &sv->mu);
+        srv_job *j = sv->head;
+        if (!j) { /* stopping and nothing left */
+            pthread_mutex_unlock(&sv->mu);
+            break;
+        }
+        sv->head = j->next;
+        if (!sv->head)
+            sv->tail = NULL;
+        sv->n_queued--;
+        sv->running = j;
+        int skip = sv->stopping || __atomic_load_n(&j->halt, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&sv->mu);
+        if (skip) {
+            fprintf(stderr, "serve: %s: cancelled before it started\n", j->id);
+            srv_job_finish(j, 499, NULL);
+        }
+        else
+            run_job(sv, j);
+        pthread_mutex_lock(&sv->mu);
+        sv->running = NULL;
+        pthread_mutex_unlock(&sv->mu);
+        srv_job_unref(j);
+    }
+    return NULL;
+}
+
+/* ---- the command ------------------------------------------------------------------------ */
+
+static int bad_option(const run_opts *o)
+{
+    const char *bad = o->prompt_ids ? "--prompt-ids" : o->prompt_text ? "-p" : o->out ? "--out"
+                    : o->dump ? "--dump" : o->ids ? "--ids" : o->raw ? "--raw"
+                    : o->feed ? "--feed" : o->system ? "--system"
+                    : o->hide_reasoning ? "--hide-reasoning" : NULL;
+    return bad ? cli_usage_error("serve", "%s is not an option of serve", bad) : 0;
+}
+
+/* "4096", "64K", "8M", "1G": bytes; -1 when malformed. */
+static int64_t parse_bytes(const char *s)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10;
+    else if (*end == 'M' || *end == 'm') shift = 20;
+    else if (*end == 'G' || *end == 'g') shift = 30;
+    if (shift)
+        end++;
+    if (errno || end == s || *end || v <= 0 || v > (1ll << 40) >> shift)
+        return -1;
+    return (int64_t)v << shift;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    const char *host = "127.0.0.1", *name = NULL, *key = getenv("MOESTREAM_API_KEY");
+    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120;
+    double keepalive = 10;
+    /* our options out, the rest to the shared parser */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int n_rest = 0;
+    if (!rest)
+        return 1;
+    for (int i = 0; i < argc; i++) {
+        int miss = 0;
+        const char *v;
+        if ((v = cli_value(argc, argv, &i, "--host", &miss))) host = v;
+        else if ((v = cli_value(argc, argv, &i, "--api-key", &miss))) key = v;
+        else if ((v = cli_value(argc, argv, &i, "--name", &miss))) name = v;
+        else if ((v = cli_value(argc, argv, &i, "--port", &miss))) {
+            if (cli_parse_i64(v, 0, 65535, &port)) {
+                free(rest);
+                return cli_usage_error("serve", "--port expects 0..65535, got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--max-body", &miss))) {
+            if ((max_body = parse_bytes(v)) <= 0) {
+                free(rest);
+                return cli_usage_error("serve", "--max-body expects a size like 8M, got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--queue", &miss))) {
+            if (cli_parse_i64(v, 1, 1 << 20, &max_queue)) {
+                free(rest);
+                return cli_usage_error("serve", "--queue expects 1..1048576, got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--timeout", &miss))) {
+            if (cli_parse_i64(v, 1, 86400, &timeout)) {
+                free(rest);
+                return cli_usage_error("serve", "--timeout expects 1..86400 seconds, got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--keepalive", &miss))) {
+            if (cli_parse_f64(v, 0.1, 3600, &keepalive)) {
+                free(rest);
+                return cli_usage_error("serve", "--keepalive expects 0.1..3600 seconds, got \"%s\"", v);
+            }
+        } else if (miss) {
+            free(rest);
+            return cli_usage_error("serve", "%s needs a value", argv[i]);
+        } else
+            rest[n_rest++] = argv[i];
+    }
+    run_opts o;
+    int rc = run_opts_parse("serve", n_rest, rest, &o);
+    if (!rc)
+        rc = bad_option(&o);
+    if (rc) {
+        free(rest);
+        return rc;
+    }
+    if (key && !*key)
+        key = NULL;
+    if (!name) {
+        const char *s = o.model + strlen(o.model);
+        while (s > o.model && s[-1] == '/')
+            s--;
+        const char *b = s;
+        while (b > o.model && b[-1] != '/')
+            b--;
+        static char base[256];
+        snprintf(base, sizeof base, "%.*s", (int)(s - b), b);
+        name = *base ? base : o.model;
+    }
+
+    /* Signals are taken by sigwait() below: block them before any thread starts. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ms_error err = {0};
+    srv sv = {.api_key = key, .name = name, .max_body = (size_t)max_body,
+              .max_queue = (int)max_queue, .keepalive = keepalive,
+              .timeout = (unsigned)timeout, .thinking = o.thinking, .effort = o.effort,
+              .ignore_eos = o.ignore_eos, .no_reuse = o.no_reuse, .stats = o.stats,
+              .have_seed = o.have_seed, .default_max_tokens = o.n_predict};
+    pthread_mutex_init(&sv.mu, NULL);
+    pthread_cond_init(&sv.cv, NULL);
+    struct MHD_Daemon *d = NULL;
+    pthread_t worker;
+    int have_worker = 0;
+    rc = 1;
+    if (run_opts_open(&o, &sv.eng, &sv.s, &err) || ms_tokenizer_open(o.model, &sv.tok, &err))
+        goto out;
+    sv.info = ms_engine_info(sv.eng);
+    sv.ctx = ms_session_ctx(sv.s);
+    run_opts_sampling(&o, sv.eng, &sv.sampling);
+    {
+        ms_chat_msg m = {"user", "", NULL}; /* the family must have a chat format */
+        char *t = NULL;
+        if (ms_chat_render(sv.info->family, &m, 1, NULL, &t, &err))
+            goto out;
+        free(t);
+    }
+    if (pthread_create(&worker, NULL, srv_worker, &sv)) {
+        snprintf(err.msg, sizeof err.msg, "cannot start the worker thread");
+        goto out;
+    }
+    have_worker = 1;
+    char why[256] = "";
+    int bound = 0;
+    if (!(d = srv_http_start(&sv, host, (int)port, &bound, why, sizeof why))) {
+        snprintf(err.msg, sizeof err.msg, "cannot listen on %s port %lld: %s", host,
+                 (long long)port, why);
+        goto out;
+    }
+    fprintf(stderr, "moestream serve: listening on http://%s%s%s:%d (model %s, %s, context "
+            "%lld tokens%s)\n", strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+            bound, sv.name, sv.info->family, (long long)sv.ctx, key ? ", API key required" : "");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "moestream serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = 0;
+out:
+    pthread_mutex_lock(&sv.mu);
+    sv.stopping = 1;
+    for (srv_job *j = sv.head; j; j = j->next)
+        __atomic_store_n(&j->halt, 1, __ATOMIC_RELAXED);
+    if (sv.running)
+        __atomic_store_n(&sv.running->halt, 1, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&sv.cv);
+    pthread_mutex_unlock(&sv.mu);
+    if (d)
+        srv_http_stop(d);
+    if (have_worker)
+        pthread_join(worker, NULL);
+    if (rc)
+        rc = cli_fail(&err);
+    ms_tokenizer_close(sv.tok);
+    ms_session_close(sv.s);
+    ms_engine_close(sv.eng);
+    pthread_cond_destroy(&sv.cv);
+    pthread_mutex_destroy(&sv.mu);
+    free(rest);
+    return rc;
+}

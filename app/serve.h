@@ -1,0 +1,158 @@
+/* moestream serve: the pieces of the OpenAI-compatible HTTP server.
+ *
+ *   serve_request.c  request bodies -> srv_request, OpenAI-style error JSON
+ *                    (libc + jansson only: the fuzzing harness in tools/fuzz
+ *                    links it alone)
+ *   serve_http.c     libmicrohttpd: routing, API key, body limit, waiting for
+ *                    results, Server-Sent Events
+ *   cmd_serve.c      the command: options, engine, the FIFO job queue and the
+ *                    worker thread that owns the session and generates
+ */
+#ifndef MS_APP_SERVE_H
+#define MS_APP_SERVE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moestream.h"
+
+/* ---- requests (serve_request.c) --------------------------------------------- */
+
+enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 };
+
+/* An error as OpenAI reports it: HTTP status and the four fields of
+ * {"error": {"message", "type", "param", "code"}}; param and code may be
+ * empty (then null). */
+typedef struct srv_err {
+    int status;
+    char message[512];
+    const char *type;      /* "invalid_request_error", "server_error", ... */
+    char param[160];
+    const char *code;      /* NULL or e.g. "context_length_exceeded" */
+} srv_err;
+
+typedef struct srv_msg {
+    char *role, *content, *reasoning;
+} srv_msg;
+
+#define SRV_MAX_STOP 16
+
+typedef struct srv_request {
+    int kind;                    /* enum srv_kind */
+    srv_msg *msgs;               /* chat */
+    int n_msgs;
+    char *prompt;                /* completions */
+    char *model;                 /* as sent (not checked), or NULL */
+    int64_t max_tokens;          /* -1: not given */
+    int have_temperature, have_top_p, have_top_k, have_seed, have_presence, have_frequency;
+    double temperature, top_p, presence_penalty, frequency_penalty;
+    int64_t top_k;
+    uint64_t seed;
+    char *stop[SRV_MAX_STOP];    /* non-empty stop sequences */
+    int n_stop;
+    int stream, include_usage;
+    int ignore_eos;              /* vLLM's extension */
+    int thinking;                /* chat_template_kwargs.enable_thinking; -1 default */
+    char *reasoning_effort;      /* "low", "medium", "high", or NULL */
+} srv_request;
+
+/* Parses and validates a request body of /v1/chat/completions (SRV_CHAT) or
+ * /v1/completions (SRV_COMPLETION). Unknown fields are ignored; malformed
+ * JSON, wrong types, values out of range and missing required fields fill *e
+ * (status 400) and return -1. On success *r owns its strings; free it with
+ * srv_request_free (also safe after a failure). */
+int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, srv_err *e);
+void srv_request_free(srv_request *r);
+
+/* Fills *e; returns -1 (for `return srv_fail(...)`). */
+int srv_fail(srv_err *e, int status, const char *type, const char *param, const char *code,
+             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error": {...}} as a malloc'd string. */
+char *srv_error_json(const srv_err *e);
+
+/* Constant-time check of an "Authorization" header value against
+ * "Bearer KEY"; 1 when it matches. */
+int srv_auth_ok(const char *header, const char *key);
+
+/* ---- the server (cmd_serve.c, serve_http.c) ---------------------------------------- */
+
+typedef struct srv srv;
+typedef struct srv_job srv_job;
+
+/* A generation request on its way through the queue. Shared by the
+ * connection that made it, its SSE response and the worker; freed by the
+ * last of them (srv_job_unref). */
+struct srv_job {
+    srv_request req;
+    int32_t *ids;              /* the prompt */
+    int64_t n_ids;
+    char id[48];               /* "chatcmpl-..." / "cmpl-..." */
+    int64_t created;
+    double t_start;
+    int fd;                    /* the client's socket, to notice a hang-up */
+    double keepalive;          /* seconds between SSE comments while nothing comes */
+    volatile int halt;         /* ms_generate's cancel flag: hang-up, stop sequence, shutdown */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* guarded by mu */
+    int refs;
+    int finished;              /* the worker is done with it */
+    char *out;                 /* stream: SSE bytes not yet sent */
+    size_t out_len, out_off, out_cap;
+    int status;                /* non-stream: HTTP status and body once finished */
+    char *body;
+    srv_job *next;             /* queue link (the server's lock) */
+};
+
+struct srv {
+    ms_engine *eng;
+    ms_session *s;
+    ms_tokenizer *tok;
+    const ms_model_info *info;
+    const char *name;          /* the model id in responses */
+    const char *api_key;       /* NULL: no authentication */
+    size_t max_body;
+    int max_queue;
+    double keepalive;          /* SSE comment interval while a stream waits, seconds */
+    unsigned timeout;          /* idle connections are closed after that many seconds */
+    int64_t ctx;
+    /* defaults from the command line */
+    ms_sampling sampling;
+    int64_t default_max_tokens; /* -1: up to the context */
+    int thinking, ignore_eos, no_reuse, stats, have_seed;
+    const char *effort;
+    /* the queue */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job *head, *tail, *running;
+    int n_queued;
+    int stopping;              /* shutting down: refuse new work, end the worker */
+    uint64_t counter;          /* request ids */
+};
+
+srv_job *srv_job_new(void);
+void srv_job_unref(srv_job *j);
+/* Appends SSE bytes for the connection (worker side). */
+void srv_job_emit(srv_job *j, const char *s, size_t n);
+/* Marks the job finished (non-stream: with its status and body, taken). */
+void srv_job_finish(srv_job *j, int status, char *body);
+
+/* Queues a job (takes a reference); -1 when the queue is full or the server
+ * is stopping. */
+int srv_enqueue(srv *sv, srv_job *j);
+/* The worker thread: runs jobs in order until sv->stopping. */
+void *srv_worker(void *arg);
+/* Renders (chat) or takes (completions) the prompt and tokenizes it; checks
+ * it against the context. Thread-safe: runs on the connection's thread. */
+int srv_prepare(srv *sv, srv_job *j, srv_err *e);
+int srv_model_json(const srv *sv, char **out);
+
+/* serve_http.c: starts libmicrohttpd on host:port (port 0: any free port;
+ * *bound gets the port). */
+struct MHD_Daemon;
+struct MHD_Daemon *srv_http_start(srv *sv, const char *host, int port, int *bound,
+                                  char *why, size_t why_len);
+void srv_http_stop(struct MHD_Daemon *d);
+
+#endif

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# moestream serve, end to end on tiny gpt_oss checkpoints over the real o200k
+# tokenizer: the official `openai` npm client (tests/server/client.mjs) for
+# chat and completions, streaming and not, checked against `moestream run` /
+# `chat` with --temp 0; raw HTTP (curl) for every error status; a client that
+# hangs up cancels its generation (running or still queued); SIGTERM stops
+# the server cleanly (exit 0, so ASan's leak check runs).
+set -u
+cd "$(dirname "$0")/../.."
+PY=/usr/bin/python3
+BIN=${MS_BIN:-./moestream}
+own_tmp=; if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); own_tmp=1; fi
+W=$MS_TMP/serve; rm -rf "$W"; mkdir -p "$W"
+. tests/server/lib.sh
+trap 'kill_servers; [ -z "$own_tmp" ] || rm -rf "$MS_TMP"' EXIT
+need_node_openai
+
+M=$W/model S=$W/scripted
+if ! make_model "$M" || ! make_scripted "$S" "$M"; then fail models "cannot write the test checkpoints"; exit 1; fi
+
+# ---- what the command line gives for the same requests --------------------------
+Q="What is the capital of France? Answer in one word."
+Q2="And the capital of Germany?"
+echo "[{\"role\": \"user\", \"content\": \"$Q\"}]" >"$W/m.json"
+"$BIN" render --family gpt_oss --messages "$W/m.json" >"$W/prompt.txt"
+"$BIN" tokenize "$M" --text-file "$W/prompt.txt" >"$W/prompt.ids" 2>/dev/null
+"$BIN" run "$M" -p "$Q" -n 16 --temp 0 --ids >"$W/chat.ids" 2>/dev/null
+"$BIN" run "$M" -p "$Q" -n 16 --temp 0 >"$W/chat.txt" 2>/dev/null
+printf '%s\n%s\n' "$Q" "$Q2" | "$BIN" chat "$M" -n 16 --temp 0 --ids >"$W/chat2.ids" 2>/dev/null
+CP="Once upon a time"
+"$BIN" run "$M" -p "$CP" --raw -n 12 --temp 0 --ids >"$W/comp.ids" 2>/dev/null
+"$BIN" run "$M" -p "$CP" --raw -n 12 --temp 0 >"$W/comp.txt" 2>/dev/null
+"$BIN" run "$S" -p "What is the capital of France?" -n 64 --temp 0 >"$W/script.out" 2>"$W/script.err"
+
+# ---- servers: the random model, and the scripted one behind an API key ----------
+start_server main "$M" --max-body 64K || exit 1
+start_server keyed "$S" --api-key sekret --ctx 160 || exit 1
+grep -q "^moestream serve: listening on http://127.0.0.1:[0-9]* (model model, gpt_oss, context 8192 tokens)" "$W/main.log" &&
+  grep -q "(model scripted, gpt_oss, context 160 tokens, API key required)" "$W/keyed.log" &&
+  pass listening_line_loopback_by_default || fail listening_line_loopback_by_default "$(cat "$W/main.log" "$W/keyed.log")"
+
+$PY - "$W" "$main_url" "$keyed_url" "$Q" "$Q2" "$CP" "$SCRIPT_ANSWER" "$SCRIPT_REASONING" >"$W/cfg.json" <<'P'
+import json, sys
+w, main, keyed, q, q2, cp, ans, rsn = sys.argv[1:]
+ids = lambda f: [int(x) for x in open(f"{w}/{f}").read().split()]
+text = lambda f: open(f"{w}/{f}", encoding="utf-8", errors="replace").read()[:-1]  # run ends with "\n"
+lines = open(f"{w}/chat2.ids").read().splitlines()
+err = [l for l in open(f"{w}/script.err").read().splitlines() if not l.startswith("moestream:")]
+json.dump(dict(main=main, keyed=keyed, key="sekret", model_name="model", question=q, question2=q2,
+               chat_ids=ids("chat.ids"), chat_text=text("chat.txt"),
+               prompt_tokens=len(ids("prompt.ids")),
+               chat2_ids=[int(x) for x in lines[1].split()] if len(lines) > 1 else [],
+               comp_prompt=cp, comp_ids=ids("comp.ids"), comp_text=text("comp.txt"),
+               script_answer=ans, script_reasoning=rsn, script_run_answer=text("script.out"),
+               script_run_reasoning="\n".join(err)), sys.stdout)
+P
+run_node client tests/server/client.mjs "$W/cfg.json"
+
+# ---- raw HTTP: statuses and OpenAI-style error bodies ---------------------------
+# expect NAME STATUS [CODE] -- curl args: the status, and {"error": {message, type, param,
+# code}} with that code when one is given
+expect() {
+  local name=$1 want=$2 code=$3 got; shift 4
+  got=$(curl -s -o "$W/body" -D "$W/headers" -w '%{http_code}' --max-time 60 "$@")
+  if [ "$got" != "$want" ]; then fail "$name" "status $got, want $want: $(head -c 300 "$W/body")"; return; fi
+  if [ "$want" != 200 ] && ! $PY - "$W/body" "$code" <<'P'; then
+import json, sys
+e = json.load(open(sys.argv[1]))["error"]
+assert set(e) == {"message", "type", "param", "code"}, e
+assert isinstance(e["message"], str) and e["message"] and isinstance(e["type"], str), e
+assert not sys.argv[2] or e["code"] == sys.argv[2], e
+P
+    fail "$name" "error body $(head -c 300 "$W/body")"; return
+  fi
+  pass "$name"
+}
+U=$main_url
+J=(-H 'Content-Type: application/json')
+MSG='"messages": [{"role": "user", "content": "Hi"}]'
+expect health 200 "" -- "$U/health"
+expect unknown_path_404 404 unknown_url -- "$U/v1/nothing"
+expect unknown_path_post_404 404 unknown_url -- "$U/v2/chat/completions" -d '{}'
+expect wrong_method_405 405 method_not_allowed -- -X DELETE "$U/v1/chat/completions"
+grep -qi '^Allow: POST' "$W/headers" && pass allow_header || fail allow_header "$(cat "$W/headers")"
+expect get_on_post_route_405 405 method_not_allowed -- "$U/v1/completions"
+expect post_on_models_405 405 method_not_allowed -- "$U/v1/models" -d '{}'
+expect malformed_json_400 400 invalid_json -- "${J[@]}" "$U/v1/chat/completions" -d '{"messages": [}'
+expect empty_body_400 400 invalid_json -- "${J[@]}" "$U/v1/chat/completions" -X POST
+expect not_an_object_400 400 invalid_json -- "$U/v1/chat/completions" -d '[1, 2]'
+expect invalid_utf8_400 400 invalid_json -- "$U/v1/completions" --data-binary $'{"prompt": "\xff\xfe"}'
+expect missing_messages_400 400 missing_required_parameter -- "$U/v1/chat/completions" -d '{"max_tokens": 4}'
+grep -q '"param":"messages"' "$W/body" && pass missing_messages_param || fail missing_messages_param "$(cat "$W/body")"
+expect empty_messages_400 400 invalid_value -- "$U/v1/chat/completions" -d '{"messages": []}'
+expect missing_prompt_400 400 missing_required_parameter -- "$U/v1/completions" -d '{"max_tokens": 4}'
+expect messages_wrong_type_400 400 invalid_type -- "$U/v1/chat/completions" -d '{"messages": "Hi"}'
+expect max_tokens_wrong_type_400 400 invalid_type -- "$U/v1/chat/completions" -d "{$MSG, \"max_tokens\": \"5\"}"
+expect temperature_range_400 400 invalid_value -- "$U/v1/chat/completions" -d "{$MSG, \"temperature\": 3}"
+expect stop_wrong_type_400 400 invalid_type -- "$U/v1/chat/completions" -d "{$MSG, \"stop\": [\"a\", 5]}"
+expect stream_wrong_type_400 400 invalid_type -- "$U/v1/chat/completions" -d "{$MSG, \"stream\": \"yes\"}"
+expect role_unsupported_400 400 invalid_value -- "$U/v1/chat/completions" -d '{"messages": [{"role": "tool", "content": "x"}]}'
+expect content_part_not_text_400 400 invalid_value -- "$U/v1/chat/completions" -d '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}'
+expect n_2_400 400 invalid_value -- "$U/v1/chat/completions" -d "{$MSG, \"n\": 2}"
+expect unknown_fields_tolerated 200 "" -- "$U/v1/chat/completions" -d "{$MSG, \"max_tokens\": 2, \"frobnicate\": {\"x\": [1, null]}, \"user\": \"me\", \"tools\": [], \"metadata\": null}"
+expect content_parts_accepted 200 "" -- "$U/v1/chat/completions" -d '{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 2}'
+head -c 100000 /dev/zero | tr '\0' a >"$W/big"
+expect body_over_limit_413 413 request_too_large -- "$U/v1/completions" --data-binary @"$W/big"
+expect chunked_body_over_limit_413 413 request_too_large -- "$U/v1/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$W/big"
+K=$keyed_url
+expect api_key_missing_401 401 invalid_api_key -- "$K/v1/models"
+expect api_key_wrong_401 401 invalid_api_key -- -H 'Authorization: Bearer nope' "$K/v1/chat/completions" -d "{$MSG}"
+expect api_key_right_200 200 "" -- -H 'Authorization: Bearer sekret' "$K/v1/models"
+expect health_needs_no_key 200 "" -- "$K/health"
+LONG=$(printf 'word %.0s' $(seq 1 300))
+expect prompt_over_context_400 400 context_length_exceeded -- -H 'Authorization: Bearer sekret' "$K/v1/chat/completions" -d "{\"messages\": [{\"role\": \"user\", \"content\": \"$LONG\"}]}"
+grep -q "maximum context length is 160 tokens. However, your messages resulted in [0-9]* tokens" "$W/body" &&
+  pass prompt_over_context_numbers || fail prompt_over_context_numbers "$(cat "$W/body")"
+expect completion_over_context_400 400 context_length_exceeded -- -H 'Authorization: Bearer sekret' "$K/v1/completions" -d "{\"prompt\": \"$LONG\"}"
+
+# ---- a client that hangs up cancels its generation --------------------------------
+LONGGEN="\"max_tokens\": 100000, \"ignore_eos\": true, \"temperature\": 0"
+cancelled() { grep -c "cancelled" "$W/main.log"; }
+wait_cancelled() { # N: wait until N generations were cancelled (10 s at most)
+  local i; for i in $(seq 1 100); do [ "$(cancelled)" -ge "$1" ] && return 0; sleep 0.1; done; return 1
+}
+curl -sN --max-time 2 "$U/v1/chat/completions" -d "{$MSG, $LONGGEN, \"stream\": true}" >"$W/s1" 2>/dev/null
+if wait_cancelled 1 && grep -q '^data: {' "$W/s1"; then pass stream_hangup_cancels
+else fail stream_hangup_cancels "$(tail -3 "$W/main.log")"; fi
+curl -s --max-time 2 "$U/v1/completions" -d "{\"prompt\": \"Hi\", $LONGGEN}" >/dev/null 2>&1
+wait_cancelled 2 && pass nonstream_hangup_cancels || fail nonstream_hangup_cancels "$(tail -3 "$W/main.log")"
+# a queued request whose client leaves never runs
+curl -sN --max-time 4 "$U/v1/completions" -d "{\"prompt\": \"Hi\", $LONGGEN, \"stream\": true}" >/dev/null 2>&1 &
+cpid=$!
+sleep 1
+curl -s --max-time 1 "$U/v1/completions" -d "{\"prompt\": \"Queued\", \"max_tokens\": 4}" >/dev/null 2>&1
+wait $cpid
+if wait_cancelled 3 && grep -q "cancelled before it started" "$W/main.log"; then pass queued_hangup_never_runs
+else fail queued_hangup_never_runs "$(tail -3 "$W/main.log")"; fi
+expect alive_after_hangups 200 "" -- "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}'
+
+# ---- malformed HTTP never takes the server down ---------------------------------------
+garbage_http "$U" 200
+expect alive_after_garbage 200 "" -- "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}'
+
+# ---- command line ---------------------------------------------------------------------
+"$BIN" serve >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && pass cli_missing_model || fail cli_missing_model "exit $rc"
+"$BIN" serve "$M" -p hi >/dev/null 2>"$W/cli.err"; rc=$?
+[ $rc -eq 2 ] && grep -q "not an option of serve" "$W/cli.err" && pass cli_run_only_option || fail cli_run_only_option "exit $rc $(cat "$W/cli.err")"
+port=${main_url##*:}
+"$BIN" serve "$M" --port "$port" >/dev/null 2>"$W/cli.err"; rc=$?
+[ $rc -ne 0 ] && grep -q "cannot listen on 127.0.0.1 port $port" "$W/cli.err" && pass cli_port_in_use || fail cli_port_in_use "exit $rc $(tail -2 "$W/cli.err")"
+
+stop_server main
+stop_server keyed
+[ "$fails" -eq 0 ]
