@@ -1,47 +1,23 @@
 /* Token sampling: greedy, temperature, top-k, top-p, min-p, seeded RNG.
- * The RNG state lives in the sampler (xoshiro256**, seeded by splitmix64). */
+ * The RNG state lives in the sampler (base/rng.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/json.h"
+#include "base/rng.h"
 #include "runtime/engine.h"
 
 struct ms_sampler {
     ms_sampling p;
     int32_t vocab;
-    uint64_t s[4];
+    ms_rng rng;
     float *prob;
     int32_t *idx;
     uint32_t *seen;     /* [vocab] occurrences, for the penalties */
     int penalised;
     int32_t limit;      /* draw only ids < limit */
 };
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t next_u64(uint64_t *s)
-{
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
 
 void ms_engine_default_sampling(const ms_engine *eng, ms_sampling *out)
 {
@@ -86,9 +62,7 @@ int ms_sampler_open(const ms_sampling *p, int32_t vocab, ms_sampler **out, ms_er
     s->p = *p;
     s->vocab = vocab;
     s->limit = vocab;
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->s[i] = splitmix64(&x);
+    ms_rng_seed(&s->rng, p->seed);
     s->prob = ms_malloc(sizeof *s->prob * (size_t)vocab, "sampler", err);
     s->idx = s->prob ? ms_malloc(sizeof *s->idx * (size_t)vocab, "sampler", err) : NULL;
     s->seen = s->idx ? ms_calloc((size_t)vocab, sizeof *s->seen, "sampler", err) : NULL;
@@ -201,7 +175,7 @@ int32_t ms_sampler_next(ms_sampler *s, const float *logits)
     double total = 0;
     for (int32_t i = 0; i < cut; i++)
         total += exp((double)(s->prob[s->idx[i]] - m));
-    double r = (double)(next_u64(s->s) >> 11) * 0x1.0p-53 * total;
+    double r = (double)(ms_rng_next(&s->rng) >> 11) * 0x1.0p-53 * total;
     for (int32_t i = 0; i < cut; i++) {
         r -= exp((double)(s->prob[s->idx[i]] - m));
         if (r < 0)

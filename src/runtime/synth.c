@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/json.h"
+#include "base/rng.h"
 #include "models/family.h"
 
 #define DEFAULT_SHARD (4600ll << 20)
@@ -27,38 +28,6 @@ const char *ms_synth_name(int i)
     return NULL;
 }
 
-/* xoshiro256+: fast enough to fill gigabytes at disk speed */
-typedef struct rng {
-    uint64_t s[4];
-} rng;
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t next(rng *r)
-{
-    uint64_t *s = r->s, v = s[0] + s[3], t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return v;
-}
-
-static void seed_rng(rng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) {
-        uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        r->s[i] = z ^ (z >> 31);
-    }
-}
-
 static int ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -66,14 +35,14 @@ static int ends_with(const char *s, const char *suffix)
 }
 
 /* Fills n bytes of tensor t's data starting at element offset (bytes `at`). */
-static void fill(const ms_tensor_spec *t, rng *r, uint8_t *buf, size_t n)
+static void fill(const ms_tensor_spec *t, ms_rng *r, uint8_t *buf, size_t n)
 {
     int is_norm = strstr(t->name, "norm") != NULL;
     size_t i = 0;
     switch (t->dtype) {
     case MS_DTYPE_BF16:
         for (; i + 8 <= n; i += 8) {
-            uint64_t x = next(r);
+            uint64_t x = ms_rng_next(r);
             for (int k = 0; k < 4; k++) {
                 uint16_t v = (uint16_t)(x >> (16 * k));
                 /* sign, exponent 117..120 (~1e-3..1.6e-2), 7 mantissa bits */
@@ -84,7 +53,7 @@ static void fill(const ms_tensor_spec *t, rng *r, uint8_t *buf, size_t n)
         break;
     case MS_DTYPE_F32:
         for (; i + 8 <= n; i += 8) {
-            uint64_t x = next(r);
+            uint64_t x = ms_rng_next(r);
             for (int k = 0; k < 2; k++) {
                 uint32_t u = (uint32_t)(x >> (32 * k));
                 float f = ends_with(t->name, "weight_scale_inv") ? 0x1p-12f
@@ -95,7 +64,7 @@ static void fill(const ms_tensor_spec *t, rng *r, uint8_t *buf, size_t n)
         break;
     case MS_DTYPE_F8_E4M3:
         for (; i + 8 <= n; i += 8) {
-            uint64_t x = next(r);
+            uint64_t x = ms_rng_next(r);
             for (int k = 0; k < 8; k++) {
                 uint8_t v = (uint8_t)(x >> (8 * k));
                 buf[i + (size_t)k] = (v & 0x7F) == 0x7F ? v ^ 1 : v; /* never NaN */
@@ -104,7 +73,7 @@ static void fill(const ms_tensor_spec *t, rng *r, uint8_t *buf, size_t n)
         break;
     case MS_DTYPE_U8:
         for (; i + 8 <= n; i += 8) {
-            uint64_t x = next(r);
+            uint64_t x = ms_rng_next(r);
             if (ends_with(t->name, "_scales")) /* e8m0 scales 2^-9..2^-6 */
                 for (int k = 0; k < 8; k++)
                     buf[i + (size_t)k] = (uint8_t)(118 + ((x >> (8 * k)) & 3));
@@ -161,7 +130,7 @@ static int write_all(int fd, const void *p, size_t n, const char *path, ms_err *
 /* One shard: header (tensors sorted by dtype width then name, as the
  * safetensors writer does), then the data. */
 static int write_shard(const char *dir, const shard *sh, const ms_tensor_spec *specs,
-                       int has_meta, rng *r, uint8_t *buf, size_t cap, ms_err *err)
+                       int has_meta, ms_rng *r, uint8_t *buf, size_t cap, ms_err *err)
 {
     const ms_tensor_spec **v = malloc(sizeof *v * (size_t)sh->count);
     json_t *hdr = json_object();
@@ -374,8 +343,8 @@ int ms_synth(const ms_synth_opts *o, ms_error *err)
     buf = ms_malloc(cap + (64u << 20), "synth buffer", err); /* + room for big headers */
     if (!buf)
         goto out;
-    rng r;
-    seed_rng(&r, o->seed);
+    ms_rng r;
+    ms_rng_seed(&r, o->seed);
     double t0 = ms_now();
     for (int s = 0; s < n_sh; s++) {
         if (!o->quiet)
