@@ -241,11 +241,6 @@ static int deepseek_v3_open(const ms_checkpoint *ck, ms_binder *b, const ms_mode
     return 0;
 }
 
-static void deepseek_v3_close(ms_model *m)
-{
-    ms_model_free(m);
-}
-
 static void deepseek_v3_describe(const ms_model *mb, FILE *out)
 {
     const deepseek_v3 *m = (const deepseek_v3 *)mb;
@@ -272,7 +267,7 @@ const ms_family ms_family_deepseek_v3 = {
     .model_type = "deepseek_v3",
     .fp8_scale_dtype = MS_DTYPE_F32,
     .open = deepseek_v3_open,
-    .close = deepseek_v3_close,
+    .close = ms_model_free, /* nothing beyond the arena and the shared tables */
     .describe = deepseek_v3_describe,
     .forward = deepseek_v3_forward,
 };

@@ -268,11 +268,6 @@ fail:
     return -1;
 }
 
-static void gpt_oss_close(ms_model *m)
-{
-    ms_model_free(m);
-}
-
 static void gpt_oss_describe(const ms_model *mb, FILE *out)
 {
     const gpt_oss *m = (const gpt_oss *)mb;
@@ -305,7 +300,7 @@ const ms_family ms_family_gpt_oss = {
     .model_type = "gpt_oss",
     .fp8_scale_dtype = MS_DTYPE_F32,
     .open = gpt_oss_open,
-    .close = gpt_oss_close,
+    .close = ms_model_free, /* nothing beyond the arena and the shared tables */
     .describe = gpt_oss_describe,
     .forward = gpt_oss_forward,
 };

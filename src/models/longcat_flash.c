@@ -273,11 +273,6 @@ static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *o
     return 0;
 }
 
-static void lc_close(ms_model *m)
-{
-    ms_model_free(m);
-}
-
 static void lc_describe(const ms_model *mb, FILE *out)
 {
     const longcat *m = (const longcat *)mb;
@@ -381,7 +376,7 @@ const ms_family ms_family_longcat_flash = {
     .model_type = "longcat_flash",
     .fp8_scale_dtype = MS_DTYPE_F32,
     .open = lc_open,
-    .close = lc_close,
+    .close = ms_model_free, /* nothing beyond the arena and the shared tables */
     .describe = lc_describe,
     .forward = lc_forward,
 };

@@ -213,11 +213,6 @@ static int qwen3_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts
     return 0;
 }
 
-static void qwen3_close(ms_model *m)
-{
-    ms_model_free(m);
-}
-
 static void qwen3_describe(const ms_model *mb, FILE *out)
 {
     const qwen3 *m = (const qwen3 *)mb;
@@ -247,7 +242,7 @@ const ms_family ms_family_qwen3_moe = {
     .model_type = "qwen3_moe",
     .fp8_scale_dtype = MS_DTYPE_BF16,
     .open = qwen3_open,
-    .close = qwen3_close,
+    .close = ms_model_free, /* nothing beyond the arena and the shared tables */
     .describe = qwen3_describe,
     .forward = qwen3_forward,
 };
