@@ -2,8 +2,8 @@
 #include "models/attention.h"
 
 #include <math.h>
-#include <omp.h>
 
+#include "base/pool.h"
 #include "models/ops.h"
 
 int64_t ms_gqa_scratch(const ms_gqa *a, int64_t n)
@@ -44,6 +44,23 @@ static void attend_head(const ms_gqa *a, const ms_kv *kv, int h, const float *q,
         k->axpy(sc[p - lo] * inv, ms_kv_at(kv, p) + voff, o, hd);
 }
 
+/* The heads of one position, one task per head; scores: [threads][ctx]. */
+typedef struct heads_job {
+    const ms_gqa *a;
+    const ms_kv *kv;
+    const float *q;   /* [n_heads][head_dim] */
+    int64_t lo, pos, ctx;
+    float *scores, *o; /* o: [n_heads][head_dim] */
+} heads_job;
+
+static void head_task(void *ctx, int64_t h, int worker)
+{
+    const heads_job *j = ctx;
+    int64_t hd = j->a->head_dim;
+    attend_head(j->a, j->kv, (int)h, j->q + h * hd, j->lo, j->pos,
+                j->scores + (int64_t)worker * j->ctx, j->o + h * hd);
+}
+
 void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, ms_kv *kv, const float *x,
                     float *out, float *scratch)
 {
@@ -52,9 +69,10 @@ void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, ms_kv *kv, const float *x,
     float *q = scratch, *kk = q + n * qd, *v = kk + n * kd, *att = v + n * kd;
     float *cs = att + n * qd;
 
-    ms_matmul(&a->wq, x, (int)n, q);
-    ms_matmul(&a->wk, x, (int)n, kk);
-    ms_matmul(&a->wv, x, (int)n, v);
+    ms_matmul_job qkv[3] = {{.w = &a->wq, .X = x, .n = (int)n, .Y = q},
+                            {.w = &a->wk, .X = x, .n = (int)n, .Y = kk},
+                            {.w = &a->wv, .X = x, .n = (int)n, .Y = v}};
+    ms_matmul_many(qkv, 3);
     if (a->bq) {
         ms_add_bias(q, a->bq, n, qd);
         ms_add_bias(kk, a->bk, n, kd);
@@ -76,11 +94,9 @@ void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, ms_kv *kv, const float *x,
             slot[kd + i] = v[t * kd + i];
         }
         int64_t lo = a->window && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-        #pragma omp parallel for schedule(static)
-        for (int h = 0; h < a->n_heads; h++)
-            attend_head(a, kv, h, qt + h * hd, lo, pos,
-                        f->scores + (int64_t)omp_get_thread_num() * f->ctx,
-                        att + t * qd + h * hd);
+        heads_job hj = {.a = a, .kv = kv, .q = qt, .lo = lo, .pos = pos, .ctx = f->ctx,
+                        .scores = f->scores, .o = att + t * qd};
+        ms_pool_run(a->n_heads, head_task, &hj);
     }
     ms_matmul(&a->wo, att, (int)n, out);
     if (a->bo)

@@ -43,7 +43,7 @@ typedef struct ms_fwd {
     const int32_t *ids;       /* [n] */
     int64_t n, pos0;
     ms_kv *kv;                /* [n_layers] */
-    float *scores;            /* attention scratch: [n_threads][ctx] */
+    float *scores;            /* attention scratch: [ms_pool_threads()][ctx] */
     int64_t ctx;              /* positions the session can hold */
     float *logits;            /* [n][vocab] when logits_all, else [vocab] (last row) */
     int logits_all;

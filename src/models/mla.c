@@ -3,10 +3,10 @@
 #include "models/mla.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "base/json.h"
+#include "base/pool.h"
 #include "models/ops.h"
 
 void ms_mla_bind(ms_mla *a, ms_binder *b, const char *prefix, int with_bias)
@@ -126,29 +126,50 @@ int64_t ms_mla_scratch(const ms_mla *a, int64_t n)
            + a->rope;                         /* cos/sin */
 }
 
-/* q [n][n_heads][nope + rope], LoRA scale applied. */
-static void project_q(const ms_mla *a, const float *x, int64_t n, float *qa, float *q)
+/* q [n][n_heads][nope + rope], LoRA scale applied, from the first
+ * projection of x: qa = q_a_proj(x) with q_lora (then norm and q_b_proj),
+ * else q = q_proj(x) already. */
+static void finish_q(const ms_mla *a, int64_t n, float *qa, float *q)
 {
     int64_t qd = (int64_t)a->n_heads * (a->nope + a->rope);
     if (a->q_lora) {
-        ms_matmul(&a->wq_a, x, (int)n, qa);
         if (a->bq_a)
             ms_add_bias(qa, a->bq_a, n, a->q_lora);
         ms_rmsnorm(qa, a->q_a_norm, a->lora_eps, n, a->q_lora, qa);
         ms_matmul(&a->wq_b, qa, (int)n, q);
-    } else {
-        ms_matmul(&a->wq, x, (int)n, q);
     }
     if (a->q_scale != 1.0f)
         for (int64_t i = 0; i < n * qd; i++)
             q[i] *= a->q_scale;
 }
 
+/* A product per head over all n positions: rows [r0 + h*r_step,
+ * r0 + h*r_step + n_rows) of head h's matrix (mats[h], or mats[0] for all). */
+typedef struct head_rows {
+    const ms_mat *mats;
+    int per_head_mat;
+    const float *X;   /* head h reads X + h * x_step, row stride ldx */
+    int64_t x_step, ldx;
+    float *Y;         /* head h writes Y + h * y_step, row stride ldy */
+    int64_t y_step, ldy;
+    int64_t r0, r_step, n_rows;
+    int n;
+} head_rows;
+
+static void head_rows_task(void *ctx, int64_t h, int worker)
+{
+    (void)worker;
+    const head_rows *j = ctx;
+    const ms_mat *w = j->per_head_mat ? &j->mats[h] : j->mats;
+    int64_t r0 = j->r0 + h * j->r_step;
+    ms_kernels()->rows[w->fmt](w, j->X + h * j->x_step, j->n, j->ldx, j->Y + h * j->y_step,
+                               j->ldy, r0, r0 + j->n_rows);
+}
+
 /* qcat[t][h] = [W_UK_h^T q_nope[t][h] | q_rope[t][h]]: one product per head
  * over all n positions, heads in parallel. */
 static void absorb_q(const ms_mla *a, const float *q, int64_t n, float *qp, float *qcat)
 {
-    const ms_kernel_ops *k = ms_kernels();
     int64_t H = a->n_heads, nope = a->nope, qk = nope + a->rope, row = ms_mla_kv_row(a);
     int64_t P = a->uk_pad_max + nope;
     for (int64_t t = 0; t < n; t++)
@@ -160,10 +181,9 @@ static void absorb_q(const ms_mla *a, const float *q, int64_t n, float *qp, floa
             memcpy(dst + pad, src, (size_t)nope * 4);
             memcpy(qcat + (t * H + h) * row + a->kv_lora, src + nope, (size_t)a->rope * 4);
         }
-    #pragma omp parallel for schedule(static)
-    for (int64_t h = 0; h < H; h++)
-        k->rows[a->uk_t[h].fmt](&a->uk_t[h], qp + h * P, (int)n, H * P, qcat + h * row, H * row,
-                                0, a->kv_lora);
+    head_rows j = {.mats = a->uk_t, .per_head_mat = 1, .X = qp, .x_step = P, .ldx = H * P,
+                   .Y = qcat, .y_step = row, .ldy = H * row, .n_rows = a->kv_lora, .n = (int)n};
+    ms_pool_run(H, head_rows_task, &j);
 }
 
 /* One head's query against positions 0..pos: softmax of the scaled scores,
@@ -190,15 +210,32 @@ static void attend(const ms_mla *a, const ms_kv *kv, const float *qc, int64_t po
         k->axpy(sc[p] * inv, ms_kv_at(kv, p) + a->kv_off, o, a->kv_lora);
 }
 
+/* Every (position, head) query of a forward call, one task each: the cache
+ * already holds all n positions, and each attends only up to its own. */
+typedef struct attend_job {
+    const ms_mla *a;
+    const ms_kv *kv;
+    const float *qcat; /* [n][H][row] */
+    float *olat;       /* [n][H][kv_lora] */
+    float *scores;     /* [threads][ctx] */
+    int64_t pos0, ctx;
+} attend_job;
+
+static void attend_task(void *ctx, int64_t i, int worker)
+{
+    const attend_job *j = ctx;
+    const ms_mla *a = j->a;
+    attend(a, j->kv, j->qcat + i * ms_mla_kv_row(a), j->pos0 + i / a->n_heads,
+           j->scores + (int64_t)worker * j->ctx, j->olat + i * a->kv_lora);
+}
+
 /* vout[t][h] = W_UV_h olat[t][h]: the v rows of kv_b, heads in parallel. */
 static void absorb_out(const ms_mla *a, const float *olat, int64_t n, float *kvb, float *vout)
 {
-    const ms_kernel_ops *k = ms_kernels();
     int64_t H = a->n_heads, kvl = a->kv_lora, hv = (int64_t)a->nope + a->v;
-    #pragma omp parallel for schedule(static)
-    for (int64_t h = 0; h < H; h++)
-        k->rows[a->wkv_b.fmt](&a->wkv_b, olat + h * kvl, (int)n, H * kvl, kvb, H * hv,
-                              h * hv + a->nope, (h + 1) * hv);
+    head_rows j = {.mats = &a->wkv_b, .X = olat, .x_step = kvl, .ldx = H * kvl, .Y = kvb,
+                   .ldy = H * hv, .r0 = a->nope, .r_step = hv, .n_rows = a->v, .n = (int)n};
+    ms_pool_run(H, head_rows_task, &j);
     for (int64_t t = 0; t < n; t++)
         for (int64_t h = 0; h < H; h++)
             memcpy(vout + (t * H + h) * a->v, kvb + t * H * hv + h * hv + a->nope,
@@ -215,8 +252,12 @@ void ms_mla_forward(const ms_mla *a, const ms_fwd *f, ms_kv *kv, const float *x,
     float *kvb = olat + n * H * kvl, *vout = kvb + n * H * ((int64_t)a->nope + a->v);
     float *cs = vout + n * H * a->v;
 
-    project_q(a, x, n, qa, q);
-    ms_matmul(&a->wkv_a, x, (int)n, ckv);
+    /* q_a_proj (or q_proj) and kv_a_proj_with_mqa both read x: one dispatch */
+    ms_matmul_job in[2] = {{.w = a->q_lora ? &a->wq_a : &a->wq, .X = x, .n = (int)n,
+                            .Y = a->q_lora ? qa : q},
+                           {.w = &a->wkv_a, .X = x, .n = (int)n, .Y = ckv}};
+    ms_matmul_many(in, 2);
+    finish_q(a, n, qa, q);
     if (a->bkv_a)
         ms_add_bias(ckv, a->bkv_a, n, row);
     for (int64_t t = 0; t < n; t++) {
@@ -231,14 +272,9 @@ void ms_mla_forward(const ms_mla *a, const ms_fwd *f, ms_kv *kv, const float *x,
         memcpy(ms_kv_at(kv, f->pos0 + t) + a->kv_off, c, (size_t)row * 4);
     }
     absorb_q(a, q, n, qp, qcat);
-    for (int64_t t = 0; t < n; t++) {
-        int64_t pos = f->pos0 + t;
-        #pragma omp parallel for schedule(static)
-        for (int64_t h = 0; h < H; h++)
-            attend(a, kv, qcat + (t * H + h) * row, pos,
-                   f->scores + (int64_t)omp_get_thread_num() * f->ctx,
-                   olat + (t * H + h) * kvl);
-    }
+    attend_job aj = {.a = a, .kv = kv, .qcat = qcat, .olat = olat, .scores = f->scores,
+                     .pos0 = f->pos0, .ctx = f->ctx};
+    ms_pool_run(n * H, attend_task, &aj);
     absorb_out(a, olat, n, kvb, vout);
     ms_matmul(&a->wo, vout, (int)n, out);
     if (a->bo)

@@ -168,8 +168,9 @@ void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int6
                   const float *X, int rows, float *Y, float *scratch)
 {
     float *G = scratch, *U = G + rows * d_ff, *H = U + rows * d_ff;
-    ms_matmul(gate, X, rows, G);
-    ms_matmul(up, X, rows, U);
+    ms_matmul_job gu[2] = {{.w = gate, .X = X, .n = rows, .Y = G},
+                           {.w = up, .X = X, .n = rows, .Y = U}};
+    ms_matmul_many(gu, 2);
     for (int64_t i = 0; i < rows * d_ff; i++)
         H[i] = G[i] / (1.0f + expf(-G[i])) * U[i];
     ms_matmul(down, H, rows, Y);

@@ -1,10 +1,10 @@
 /* Session: one timeline over an engine — KV cache, position, last logits.
  * Splits evaluations into blocks of at most max_batch positions; refuses
  * (before touching the cache) anything that would pass the context. */
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "models/ops.h"
 #include "runtime/engine.h"
 
@@ -12,7 +12,8 @@ struct ms_session {
     ms_engine *eng;
     int64_t ctx, pos;
     ms_kv *kv;             /* [n_layers] */
-    float *scores;         /* [n_threads][ctx] */
+    float *scores;         /* [n_scores][ctx] */
+    int n_scores;          /* compute threads the attention scratch is sized for */
     float *logits;         /* [vocab]: last evaluated row */
     int have_logits;
     ms_timers timers;
@@ -56,8 +57,8 @@ int ms_session_open(ms_engine *eng, const ms_session_opts *opts, ms_session **ou
         free(s);
         return ms_err_set(err, MS_E_ARG, "context of %lld tokens is too small", (long long)ctx);
     }
-    int nt = omp_get_max_threads();
-    s->scores = ms_calloc((size_t)(nt * s->ctx), 4, "attention scratch", err);
+    s->n_scores = ms_pool_threads();
+    s->scores = ms_calloc((size_t)(s->n_scores * s->ctx), 4, "attention scratch", err);
     s->logits = s->scores ? ms_calloc((size_t)eng->model->vocab, 4, "logits", err) : NULL;
     s->hist = s->logits ? ms_malloc(sizeof *s->hist * (size_t)s->ctx, "token history", err) : NULL;
     if (!s->hist || alloc_kv(s, err) || ms_trace_open(opts->dump_dir, &s->trace, err)) {
@@ -141,6 +142,17 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
         return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 tokens)");
     if (check_ids(s, ids, n, err))
         return -1;
+    /* one row of attention scratch per compute thread, which another engine
+     * opened since this session may have raised */
+    int nt = ms_pool_threads();
+    if (nt > s->n_scores) {
+        float *sc = ms_calloc((size_t)(nt * s->ctx), 4, "attention scratch", err);
+        if (!sc)
+            return -1;
+        free(s->scores);
+        s->scores = sc;
+        s->n_scores = nt;
+    }
     ms_model *m = s->eng->model;
     double t0 = ms_now();
     for (int64_t off = 0; off < n; off += m->max_batch) {

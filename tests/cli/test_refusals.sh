@@ -50,5 +50,7 @@ out=$("$BIN" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'unknown command "frobnicate"' && pass unknown_command || fail unknown_command "rc=$rc"
 out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --temp -1 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--temp expects a number" && pass bad_flag_value || fail bad_flag_value "rc=$rc $out"
+out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --threads 65 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--threads expects an integer in \[1, 64\]" && pass threads_over_64_refused || fail threads_over_64_refused "rc=$rc $out"
 
 [ "$fails" -eq 0 ]

@@ -14,9 +14,9 @@
  * and we assert |y - ref| <= 2 * (that) * u * sum|W x| + TINY_ABS, the
  * factor 2 for slack. TINY_ABS (1e-42, ~700 float subnormal steps) covers
  * subnormal results such as e8m0 scale 0 (2^-127) times a partial. */
-#include <omp.h>
 #include <stdint.h>
 
+#include "base/pool.h"
 #include "kernels/kernels.h"
 #include "moestream.h"
 #include "test.h"
@@ -353,25 +353,38 @@ static void case_format(void)
     }
 }
 
-/* ms_matmul_ops with 1 and 2 threads must equal one single-threaded rows
- * call over the whole matrix, bit for bit. */
+/* ms_matmul_ops with 1, 2 and 3 threads, and ms_matmul_many over two
+ * products (all n tokens, and tokens 1..n-1) with 3 threads, must equal one
+ * single-threaded rows call over the whole matrix, bit for bit. */
 static void check_driver(const spec *s, int n)
 {
     fixture f = make_fixture(s);
     float *X = make_x(n, s->cols, 1.0);
     size_t ysz = (size_t)(n * s->rows) * sizeof(float);
-    float *Ya = malloc(ysz), *Yb = malloc(ysz), *Yc = malloc(ysz);
-    int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
+    float *Ya = malloc(ysz), *Yb = malloc(ysz), *Yc = malloc(ysz), *Yd = malloc(ysz);
+    float *Ye = malloc(ysz), *Y3 = malloc(ysz);
+    int saved = ms_pool_threads();
+    ms_pool_set_threads(1);
     ms_matmul_ops(cur_ops, &f.m, X, n, Ya);
-    omp_set_num_threads(2);
+    ms_pool_set_threads(2);
     ms_matmul_ops(cur_ops, &f.m, X, n, Yb);
-    omp_set_num_threads(saved);
+    ms_pool_set_threads(3);
+    ms_matmul_ops(cur_ops, &f.m, X, n, Y3);
+    ms_matmul_job jobs[2] = {{.ops = cur_ops, .w = &f.m, .X = X, .n = n, .Y = Yd},
+                             {.ops = cur_ops, .w = &f.m, .X = X + s->cols, .n = n - 1, .Y = Ye}};
+    ms_matmul_many(jobs, 2);
+    ms_pool_set_threads(saved);
     run_rows(cur_ops, &f.m, X, n, 0, s->rows, Yc);
     CHECK(memcmp(Ya, Yb, ysz) == 0, "%lldx%lld n=%d: 1 and 2 threads differ",
           (long long)s->rows, (long long)s->cols, n);
+    CHECK(memcmp(Ya, Y3, ysz) == 0, "%lldx%lld n=%d: 1 and 3 threads differ",
+          (long long)s->rows, (long long)s->cols, n);
     CHECK(memcmp(Ya, Yc, ysz) == 0, "%lldx%lld n=%d: driver differs from one rows call",
           (long long)s->rows, (long long)s->cols, n);
+    CHECK(memcmp(Yd, Yc, ysz) == 0 &&
+          memcmp(Ye, Yc + s->rows, ysz - (size_t)s->rows * sizeof(float)) == 0,
+          "%lldx%lld n=%d: ms_matmul_many differs from one rows call", (long long)s->rows,
+          (long long)s->cols, n);
     if (n <= MAX_N) {
         double w = worst_ratio(&f.m, X, n, Yb, tol_for(s->fmt, s->cols));
         CHECK(w <= 1.0, "error %.3g x tolerance", w);
@@ -379,6 +392,9 @@ static void check_driver(const spec *s, int n)
     free(Ya);
     free(Yb);
     free(Yc);
+    free(Yd);
+    free(Ye);
+    free(Y3);
     free(X);
     free_fixture(&f);
 }
@@ -561,5 +577,6 @@ int main(void)
         run_named("checker_fails", case_checker_fails);
     }
     TEST_CASE(case_dispatch);
+    ms_pool_shutdown();
     return t_finish();
 }
