@@ -3,7 +3,8 @@
 # One binary for any x86-64 with AVX2: the common code is compiled for the
 # baseline ISA, the SIMD kernels per file with their own -m flags, and the op
 # table is chosen at run time from the CPU's features (no -march=native).
-# Warnings are on and none is silenced; OpenMP is required, not optional.
+# Warnings are on and none is silenced. The library's compute threads are its
+# own pool (src/base/pool.c); -fopenmp stays for bench/.
 
 CC      ?= gcc
 BUILD   ?= build
@@ -36,6 +37,7 @@ all: $(BIN)
 
 $(BUILD)/src/kernels/x86_avx2.o: CFLAGS += $(AVX2_FLAGS)
 $(BUILD)/src/kernels/x86_avx512.o: CFLAGS += $(AVX512_FLAGS)
+$(BUILD)/src/kernels/x86_avx512bf16.o: CFLAGS += $(AVX512_FLAGS) -mavx512bf16
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -1,13 +1,15 @@
-/* Chooses the op table once for this CPU and drives it over threads; also
- * the exact one-element decode and the byte count of a weight view.
+/* Chooses the op table once for this CPU and drives it over the thread
+ * pool; also the exact one-element decode and the byte count of a weight
+ * view.
  *
  * Threads split rows and tiles split tokens; neither changes a result,
- * because the op tables compute each (token, row) independently (see the
- * determinism contract in kernels.h). Small products stay on the calling
- * thread: an OpenMP fork costs microseconds, more than such a product. */
-#include <omp.h>
+ * because the op tables compute each (token, row) independently, in one
+ * rows call (see the determinism contract in kernels.h). Small products stay
+ * in one task: splitting them costs more than they do. */
 #include <pthread.h>
+#include <stdatomic.h>
 
+#include "base/pool.h"
 #include "kernels/internal.h"
 #include "moestream.h"
 
@@ -126,26 +128,86 @@ static int64_t chunk_rows(const ms_mat *w, int n, int threads)
     return chunk < min_rows ? min_rows : chunk;
 }
 
+/* Products planned per dispatch of ms_matmul_many. */
+#define MANY_MAX 16
+
+/* One product cut into chunks of rows; a task runs `per_task` chunks (all
+ * of them for a product too small to split, else one). */
+typedef struct plan {
+    const ms_kernel_ops *ops;
+    const ms_mat *w;
+    const float *X;
+    float *Y;
+    int n;
+    int64_t chunk, n_chunks, per_task, n_tasks;
+} plan;
+
+typedef struct many {
+    plan p[MANY_MAX];
+    int n;
+} many;
+
+static void plan_job(plan *p, const ms_matmul_job *j, int threads)
+{
+    const ms_mat *w = j->w;
+    *p = (plan){.ops = j->ops ? j->ops : ms_kernels(), .w = w, .X = j->X, .Y = j->Y, .n = j->n};
+    if (w->rows <= 0 || j->n <= 0)
+        return;
+    if (w->rows * w->cols * j->n < PAR_MIN_MACS)
+        threads = 1;
+    p->chunk = chunk_rows(w, j->n, threads);
+    p->n_chunks = ms_ceil_div(w->rows, p->chunk);
+    p->per_task = threads <= 1 ? p->n_chunks : 1;
+    p->n_tasks = ms_ceil_div(p->n_chunks, p->per_task);
+}
+
+/* Task t of a dispatch: the t-th task of the products in order. */
+static void many_task(void *ctx, int64_t t, int worker)
+{
+    (void)worker;
+    const many *m = ctx;
+    const plan *p = m->p;
+    while (t >= p->n_tasks)
+        t -= p++->n_tasks;
+    int64_t rows = p->w->rows, c1 = (t + 1) * p->per_task;
+    for (int64_t c = t * p->per_task; c < c1 && c < p->n_chunks; c++) {
+        int64_t r0 = c * p->chunk, r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
+        run_rows(p->ops, p->w, p->X, p->n, p->Y, r0, r1);
+    }
+}
+
+/* Weight bytes of every product since the process started (relaxed: a
+ * statistic read between phases, not a synchronisation). */
+static _Atomic int64_t weight_bytes;
+
+int64_t ms_weight_bytes_read(void)
+{
+    return atomic_load_explicit(&weight_bytes, memory_order_relaxed);
+}
+
+void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
+{
+    int threads = ms_pool_threads();
+    int64_t bytes = 0;
+    for (int j = 0; j < n_jobs; j++)
+        bytes += jobs[j].n > 0 ? ms_mat_bytes(jobs[j].w) : 0;
+    atomic_fetch_add_explicit(&weight_bytes, bytes, memory_order_relaxed);
+    for (int j0 = 0; j0 < n_jobs; j0 += MANY_MAX) {
+        many m = {.n = n_jobs - j0 < MANY_MAX ? n_jobs - j0 : MANY_MAX};
+        int64_t n_tasks = 0;
+        for (int j = 0; j < m.n; j++) {
+            plan_job(&m.p[j], &jobs[j0 + j], threads);
+            n_tasks += m.p[j].n_tasks;
+        }
+        ms_pool_run(n_tasks, many_task, &m);
+    }
+}
+
 void ms_matmul_ops(const ms_kernel_ops *ops, const ms_mat *w, const float *X, int n,
                    float *Y)
 {
-    int64_t rows = w->rows;
-    if (rows <= 0 || n <= 0)
-        return;
-    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (rows * w->cols * n < PAR_MIN_MACS)
-        threads = 1;
-    int64_t chunk = chunk_rows(w, n, threads), n_chunks = ms_ceil_div(rows, chunk);
-    if (threads <= 1 || n_chunks < 2) {
-        for (int64_t r0 = 0; r0 < rows; r0 += chunk)
-            run_rows(ops, w, X, n, Y, r0, r0 + chunk < rows ? r0 + chunk : rows);
-        return;
-    }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t i = 0; i < n_chunks; i++) {
-        int64_t r0 = i * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-        run_rows(ops, w, X, n, Y, r0, r1);
-    }
+    ms_matmul_job job = {.ops = ops, .w = w, .X = X, .n = n, .Y = Y};
+    ms_matmul_many(&job, 1);
 }
 
 void ms_matmul(const ms_mat *w, const float *X, int n, float *Y)

@@ -53,24 +53,56 @@ typedef struct ms_kernel_ops {
     ms_rows_fn rows[MS_WFMT_COUNT];
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float a, const float *x, float *y, int64_t n); /* y += a*x */
+    /* Reads bytes at p (64-byte aligned, bytes % 256 == 0) as fast as the
+     * ISA loads and returns a checksum: the read stream that bandwidth
+     * floors are measured with (ms_read_stream). */
+    uint64_t (*stream)(const void *p, int64_t bytes);
 } ms_kernel_ops;
 
 /* Op tables compiled into this binary; NULL when the CPU cannot run it. */
 const ms_kernel_ops *ms_kernels_scalar(void);
 const ms_kernel_ops *ms_kernels_avx2(void);
 const ms_kernel_ops *ms_kernels_avx512(void);
+/* The opt-in fast table (--precision fast): avx512 with BF16 and MXFP4
+ * products by vdpbf16ps over activations rounded to bf16; not exact. */
+const ms_kernel_ops *ms_kernels_avx512_bf16(void);
 
 /* The table for this CPU, chosen once (thread-safe): the fastest available.
  * The environment is not consulted; tests reach the others directly. */
 const ms_kernel_ops *ms_kernels(void);
 
-/* Multithreaded drivers over the active op table (OpenMP over row blocks).
+/* Multithreaded drivers over the active op table (row chunks spread over
+ * the thread pool, base/pool.h; one dispatch per call).
  * y[rows] = W x ;  Y[n][rows] = X[n][cols] W^T (row strides = cols, rows). */
 void ms_matvec(const ms_mat *w, const float *x, float *y);
 void ms_matmul(const ms_mat *w, const float *X, int n, float *Y);
 /* Same with an explicit op table (tests, bench). */
 void ms_matmul_ops(const ms_kernel_ops *ops, const ms_mat *w, const float *X, int n,
                    float *Y);
+
+/* One product of ms_matmul_many: Y[n][w->rows] = X[n][w->cols] w^T. */
+typedef struct ms_matmul_job {
+    const ms_kernel_ops *ops; /* NULL: the active table */
+    const ms_mat *w;
+    const float *X;
+    int n;
+    float *Y;
+} ms_matmul_job;
+
+/* Independent products in one dispatch: the row chunks of all of them are
+ * spread over the pool together (no join between them). Each Y must not
+ * overlap another job's X or Y. Results are those of ms_matmul_ops on each
+ * job, bit for bit. */
+void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs);
+
+/* Memory bandwidth in GB/s (1e9 bytes per second) of `threads` threads at
+ * once, each over its own slice of buf (64-byte aligned, far larger than
+ * the last-level cache): a plain read stream with the active table's
+ * loads, or a memcpy of src to dst counting bytes read + written. Threads
+ * are started (plain pthreads) before the clock, so the time is that of the
+ * reads alone. Returns 0 when a thread cannot be started. */
+double ms_read_stream(const void *buf, int64_t bytes, int threads);
+double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads);
 
 /* Exact scalar decode of one weight element (test oracle helper). */
 float ms_mat_get(const ms_mat *w, int64_t r, int64_t c);

@@ -1,12 +1,12 @@
 /* Engine: open a checkpoint folder, find its family, bind and check every
  * tensor (refusing the model when L0 fails), choose the default context. */
 #include <errno.h>
-#include <omp.h>
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/json.h"
+#include "base/pool.h"
 #include "base/sysmem.h"
 #include "runtime/engine.h"
 
@@ -168,9 +168,17 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
     ms_engine *eng = ms_calloc(1, sizeof *eng, "engine", err);
     if (!eng)
         return -1;
-    if (opts->n_threads > 0)
-        omp_set_num_threads(opts->n_threads);
-    eng->n_threads = omp_get_max_threads();
+    if (opts->n_threads > MS_POOL_MAX_THREADS) {
+        free(eng);
+        return ms_err_set(err, MS_E_ARG, "%d compute threads asked, at most %d are supported",
+                          opts->n_threads, MS_POOL_MAX_THREADS);
+    }
+    if (opts->n_threads > 0 && ms_pool_set_threads(opts->n_threads)) {
+        free(eng);
+        return ms_err_set(err, MS_E_NOMEM, "could start only %d of %d compute threads",
+                          ms_pool_threads(), opts->n_threads);
+    }
+    eng->n_threads = ms_pool_threads();
     if (ms_ckpt_open(model_dir, &eng->ck, err) ||
         !(eng->family = ms_family_find(eng->ck, err)) || load_model(eng, err) ||
         ms_engine_read_special_ids(eng, err)) {
@@ -234,4 +242,9 @@ int ms_engine_disk_probe(const ms_engine *eng, int n, int depth, double *bytes_p
 const char *ms_engine_placement(const ms_engine *eng)
 {
     return eng->model->experts ? ms_expert_store_describe(eng->model->experts) : "dense model";
+}
+
+int ms_engine_threads(const ms_engine *eng)
+{
+    return eng->n_threads;
 }
