@@ -1,6 +1,9 @@
 /* moestream bench: prefill and decode speed with the expert-tier statistics,
- * the disk's bandwidth at expert-sized reads, and (with --trace) the hit
- * rate of the optimum for the same cache. Prints a table; asserts nothing. */
+ * the disk's bandwidth at expert-sized reads, (with --floor) the memory
+ * floor of decode: weight bytes read per token over the read-stream
+ * bandwidth measured between the phases it judges, and (with --trace) the
+ * hit rate of the optimum for the same cache. Prints a table; asserts
+ * nothing. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +15,7 @@
 typedef struct bench_opts {
     const char *model, *trace;
     int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads;
-    int placement, no_prefetch, buffered;
+    int placement, no_prefetch, buffered, floor;
 } bench_opts;
 
 static int parse(int argc, char **argv, bench_opts *o)
@@ -25,7 +28,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         const char *v;
         struct { const char *name; int64_t *dst, lo, hi; } nums[] = {
             {"--prompt", &o->prompt, 1, 1 << 20}, {"-n", &o->n, 1, 1 << 20},
-            {"--threads", &o->threads, 1, 1024},  {"--ctx", &o->ctx, 1, INT64_C(1) << 40},
+            {"--threads", &o->threads, 1, 64},    {"--ctx", &o->ctx, 1, INT64_C(1) << 40},
             {"--io-threads", &o->io_threads, 1, 256},
             {"--cache-slots", &o->cache_slots, 1, INT32_MAX}, {"--disk", &o->disk, 1, 100000},
             {"--reads", &o->reads, 1, 1024},
@@ -50,6 +53,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         } else if (miss) return cli_usage_error("bench", "%s needs a value", argv[i]);
         else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
         else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
+        else if (!strcmp(argv[i], "--floor")) o->floor = 1;
         else if (argv[i][0] == '-') return cli_usage_error("bench", "unknown option %s", argv[i]);
         else if (!o->model) o->model = argv[i];
         else return cli_usage_error("bench", "unexpected argument \"%s\"", argv[i]);
@@ -72,6 +76,22 @@ static void make_prompt(int32_t *ids, int64_t n, int32_t vocab)
 static void row(const char *what, const char *value)
 {
     printf("| %-40s | %-32s |\n", what, value);
+}
+
+/* Read-stream bandwidth (GB/s) with the engine's threads, folded into
+ * *best: two rounds over 256 MiB, taken between the phases it judges (the
+ * machine's bandwidth swings from minute to minute). */
+static int sample_floor(const bench_opts *o, int threads, double *best, double *copy,
+                        ms_error *err)
+{
+    double r, c;
+    if (!o->floor)
+        return 0;
+    if (ms_mem_bandwidth(threads, INT64_C(256) << 20, 2, &r, &c, err))
+        return -1;
+    *best = r > *best ? r : *best;
+    *copy = c > *copy ? c : *copy;
+    return 0;
 }
 
 static void print_phase(const char *name, int64_t tokens, double secs, const ms_stats *a,
@@ -132,10 +152,18 @@ int cmd_bench(int argc, char **argv)
         goto out;
     make_prompt(ids, o.prompt, info->vocab_size);
     ms_stats s0, s1, s2;
+    int threads = ms_engine_threads(eng);
+    double bw = 0, bw_copy = 0;
+    if (sample_floor(&o, threads, &bw, &bw_copy, &err))
+        goto out;
     ms_session_stats(s, &s0);
+    int64_t wb0 = ms_weight_bytes_read();
     if (ms_session_eval(s, ids, o.prompt, NULL, &err))
         goto out;
     ms_session_stats(s, &s1);
+    int64_t wb1 = ms_weight_bytes_read();
+    if (sample_floor(&o, threads, &bw, &bw_copy, &err))
+        goto out;
     for (int64_t i = 0; i < o.n; i++) {
         const float *l = ms_session_logits(s);
         int32_t best = 0;
@@ -145,6 +173,9 @@ int cmd_bench(int argc, char **argv)
             goto out;
     }
     ms_session_stats(s, &s2);
+    int64_t wb2 = ms_weight_bytes_read();
+    if (sample_floor(&o, threads, &bw, &bw_copy, &err))
+        goto out;
     printf("| %-40s | %-32s |\n|%s|%s|\n", "moestream bench", o.model,
            "------------------------------------------", "----------------------------------");
     row("family", info->family);
@@ -156,16 +187,28 @@ int cmd_bench(int argc, char **argv)
     snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,
              100 * s2.t_experts / busy, 100 * s2.t_head / busy);
     row("time split (all tokens)", v);
+    if (o.floor) {
+        double per = (double)(wb2 - wb1) / (double)o.n, dec = (s2.t_decode - s1.t_decode) / o.n;
+        snprintf(v, sizeof v, "%.1f GB/s (memcpy %.1f), %d thread%s", bw, bw_copy, threads,
+                 threads == 1 ? "" : "s");
+        row("memory read stream (best of 6)", v);
+        snprintf(v, sizeof v, "%.1f MB/token (prefill %.1f)", per / 1e6,
+                 (double)(wb1 - wb0) / 1e6 / (double)o.prompt);
+        row("decode: weight bytes read", v);
+        snprintf(v, sizeof v, "%.1f ms/token; decode %.2fx floor", 1e3 * per / (bw * 1e9),
+                 dec / (per / (bw * 1e9)));
+        row("decode floor (bytes / read stream)", v);
+    }
     ms_expert_info ei;
     if (o.disk && ms_engine_expert_info(eng, &ei) == 0) {
-        double bw;
-        if (ms_engine_disk_probe(eng, (int)o.disk, 4, &bw, &err))
+        double disk;
+        if (ms_engine_disk_probe(eng, (int)o.disk, 4, &disk, &err))
             goto out;
-        snprintf(v, sizeof v, "%.0f MB/s (%lld experts of %.1f MB, QD 4)", bw / 1e6,
+        snprintf(v, sizeof v, "%.0f MB/s (%lld experts of %.1f MB, QD 4)", disk / 1e6,
                  (long long)o.disk, ei.expert_bytes / 1e6);
         row("disk read bandwidth", v);
         double per = (double)(s2.bytes_read - s1.bytes_read) / (double)o.n;
-        snprintf(v, sizeof v, "%.1f ms/token", 1e3 * per / bw);
+        snprintf(v, sizeof v, "%.1f ms/token", 1e3 * per / disk);
         row("decode IO floor (bytes/token / disk)", v);
     }
     fflush(stdout);

@@ -38,7 +38,7 @@ static const struct {
      "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},
     {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},
     {"bench", cmd_bench,
-     "bench MODEL_DIR [--prompt N] [-n N] [--disk N] [--trace FILE] [placement options]"},
+     "bench MODEL_DIR [--prompt N] [-n N] [--disk N] [--floor] [--trace FILE] [placement options]"},
 };
 
 static int usage(FILE *out)

@@ -1,19 +1,70 @@
 #!/usr/bin/env bash
-# Resident decode and prefill speed with the time split (docs/perf.md,
-# "Resident decode and prefill"): a random-weight gpt_oss checkpoint of the
-# `small` preset (603 MB; or MODEL_DIR), 64 prompt tokens and 64 decoded,
-# with 2 threads and 1 thread.
-#   bench/decode.sh [MODEL_DIR]
+# Resident decode and prefill speed against the memory floor (docs/perf.md,
+# "Resident decode and prefill"): for each model, `moestream bench --floor`
+# with 2 threads and 1 thread, ROUNDS times interleaved; each run measures
+# the read-stream bandwidth between its own phases, and the floor is
+#   weight bytes read per decode token / best read-stream bandwidth.
+# Prints one table line per run, then min / median / max per model and
+# thread count.
+#   bench/decode.sh [MODEL_DIR...]      default: build/demo-model (603 MB)
+#   SYNTH=DIR bench/decode.sh           the synthetic release-sized models,
+#       written to DIR if absent: gpt-oss-20b (MXFP4 experts, 13.8 GB),
+#       qwen3-30b-a3b with 12 of its 48 layers (bf16, ~16 GB: the whole
+#       model does not fit this 24 GB machine) and deepseek-v3 with 4
+#       layers (FP8, ~17 GB).
+# Env: ROUNDS (3), PROMPT (64), N (32), THREADS ("2 1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${1:-build/demo-model}
+ROUNDS=${ROUNDS:-3}
+PROMPT=${PROMPT:-64}
+N=${N:-32}
+THREADS=${THREADS:-"2 1"}
 [ -x ./moestream ] || make -j2 >/dev/null
-if [ ! -f "$MODEL/config.json" ]; then
-  /usr/bin/python3 tools/tinyckpt/gpt_oss.py --preset small --seed 1 --out "$MODEL"
+
+models=("$@")
+if [ ${#models[@]} -eq 0 ] && [ -n "${SYNTH:-}" ]; then
+  mkdir -p "$SYNTH"
+  for spec in "gpt-oss-20b" "qwen3-30b-a3b --layers 12" "deepseek-v3 --layers 4"; do
+    set -- $spec
+    dir="$SYNTH/$1${3:+-L$3}"
+    [ -f "$dir/config.json" ] || ./moestream synth --like $spec --out "$dir" >&2
+    models+=("$dir")
+  done
 fi
-./moestream bench "$MODEL" --prompt 64 -n 64 >/dev/null 2>&1 # warm the page cache
-for t in 2 1; do
-  echo "== $t thread(s)"
-  ./moestream bench "$MODEL" --prompt 64 -n 64 --threads $t 2>/dev/null |
-    grep -E "^\| (moestream bench|family|prefill,|decode,|time split)"
+if [ ${#models[@]} -eq 0 ]; then
+  models=(build/demo-model)
+  [ -f build/demo-model/config.json ] ||
+    /usr/bin/python3 tools/tinyckpt/gpt_oss.py --preset small --seed 1 --out build/demo-model
+fi
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+printf "| %-28s | thr | prefill tok/s | decode ms/tok | read GB/s | MB/token | floor ms | x floor |\n" model
+printf "|%s|-----|---------------|---------------|-----------|----------|----------|---------|\n" "------------------------------"
+for m in "${models[@]}"; do
+  cat "$m"/*.safetensors >/dev/null # warm the page cache
+  for r in $(seq "$ROUNDS"); do
+    for t in $THREADS; do
+      ./moestream bench "$m" --prompt "$PROMPT" -n "$N" --threads "$t" --floor 2>/dev/null |
+        awk -v m="$(basename "$m")" -v t="$t" -F'|' '
+          /prefill, / { split($3, a, " "); pf = a[1] }
+          /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
+          /memory read stream/ { split($3, a, " "); bw = a[1] }
+          /weight bytes read/ { split($3, a, " "); mb = a[1] }
+          /decode floor/ { split($3, a, " "); fl = a[1]; x = $3; sub(/.*decode /, "", x); sub(/x floor.*/, "", x) }
+          END { printf "| %-28s | %3s | %13s | %13s | %9s | %8s | %8s | %7s |\n", m, t, pf, d, bw, mb, fl, x }' |
+        tee -a "$out"
+    done
+  done
 done
+echo
+echo "min / median / max of x floor and of decode ms/token:"
+awk -F'|' '{ k = $2 "|" $3; gsub(/ /, "", k); x[k] = x[k] " " $9; d[k] = d[k] " " $5 }
+  END { for (k in x) print k, x[k], "#", d[k] }' "$out" | sort |
+  while read -r k rest; do
+    xs=$(echo "${rest%%#*}" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')
+    ds=$(echo "${rest#*#}" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')
+    set -- $xs; n=$#; xmin=$1; xmed=$(echo $xs | cut -d' ' -f$(( (n + 1) / 2 ))); xmax=${!n}
+    set -- $ds; dmin=$1; dmed=$(echo $ds | cut -d' ' -f$(( (n + 1) / 2 ))); dmax=${!n}
+    printf "  %-34s x floor %s / %s / %s   decode %s / %s / %s ms\n" "$k" "$xmin" "$xmed" "$xmax" "$dmin" "$dmed" "$dmax"
+  done

@@ -3,24 +3,28 @@
  * For each op table this CPU runs and each weight format: matvec over a
  * matrix larger than the last-level cache, in GB/s of weight bytes
  * (ms_mat_bytes) and effective GFLOP/s (2 per weight), with 1 and 2
- * threads, next to memcpy bandwidth (bytes read + written). "floor x" is
- * the matvec time over the floor (weight bytes / memcpy bandwidth); the
- * target for BF16 and FP8 is <= 1.5. Also a batched matmul (n = 8) column.
- * Activations are 64-byte aligned, as the engine's arena gives them.
+ * threads. The floor is the machine's read stream with the same thread
+ * count (ms_read_stream: each thread a plain vectorised read over its slice
+ * of a buffer far larger than the L3); memcpy (read + write) is printed
+ * beside it for information. "floor x" is the matvec time over the floor
+ * (weight bytes / read-stream bandwidth). Also a batched matmul (n = 8)
+ * column. Activations are 64-byte aligned, as the engine's arena gives
+ * them.
  *
  * Every number is the best of ROUNDS passes taken in interleaved rounds
- * (each round times every line once), so that a burst of load from
- * elsewhere on a shared machine spoils one pass of a line, not all of them.
+ * (each round measures both streams and times every line once), so that a
+ * burst of load from elsewhere on a shared machine (this VM's bandwidth
+ * swings 40-75 GB/s) spoils one pass of a line, not all of them.
  * The scalar table (the test oracle) is compute-bound at a few GB/s at
  * best, so it is timed once over a sixteenth of the rows.
  *
  * Usage: build/bench/kernels [MiB of weights per matrix, default 512] */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/pool.h"
 #include "kernels/kernels.h"
 
 #define COLS 4096
@@ -48,20 +52,6 @@ static uint64_t next(void)
 static double min_d(double a, double b)
 {
     return a < b ? a : b;
-}
-
-/* Seconds for one memcpy of n bytes by `threads` threads, each copying
- * its own slice. */
-static double memcpy_time(char *dst, const char *src, size_t n, int threads)
-{
-    double t0 = now();
-#pragma omp parallel num_threads(threads)
-    {
-        size_t part = n / (size_t)omp_get_num_threads();
-        size_t off = part * (size_t)omp_get_thread_num();
-        memcpy(dst + off, src + off, part);
-    }
-    return now() - t0;
 }
 
 /* Typical-valued weights (no NaN, few subnormals) and scales. */
@@ -153,7 +143,7 @@ static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const
             if (scalar)
                 m.rows /= 16;
             for (int thr = 1; thr <= 2; thr++) {
-                omp_set_num_threads(thr);
+                ms_pool_set_threads(thr);
                 best[k][f][thr - 1][0] = min_d(best[k][f][thr - 1][0],
                                                time_matmul(tables[k], &m, X, 1, Y));
                 if (!scalar)
@@ -196,7 +186,7 @@ int main(int argc, char **argv)
 {
     size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 512, bytes = mib << 20;
     bench_mat mats[MS_WFMT_COUNT];
-    char *copy = malloc(bytes);
+    char *copy = aligned_alloc(4096, bytes);
     float *X = aligned_alloc(64, BATCH * COLS * sizeof(float));
     float *Y = malloc(2 * bytes / COLS * BATCH * sizeof(float)); /* rows <= 2 * bytes/COLS */
     if (!copy || !X || !Y || make_mats(mats, bytes) != 0) {
@@ -208,23 +198,32 @@ int main(int argc, char **argv)
         X[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
     const ms_kernel_ops *tables[N_TABLES] = {ms_kernels_scalar(), ms_kernels_avx2(),
                                              ms_kernels_avx512()};
+    const char *names[N_TABLES] = {"scalar", "avx2", "avx512"};
+    for (int k = 0; k < N_TABLES; k++)
+        if (!tables[k])
+            printf("skipped: the %s table (this CPU lacks its instructions)\n", names[k]);
     times best;
-    double copy_t[2] = {1e30, 1e30};
+    double rd[2] = {0, 0}, cp[2] = {0, 0};
     for (int k = 0; k < N_TABLES; k++)
         for (int f = 0; f < MS_WFMT_COUNT; f++)
             for (int i = 0; i < 4; i++)
                 best[k][f][i / 2][i % 2] = 1e30;
     for (int round = 0; round < ROUNDS; round++) {
-        for (int thr = 1; thr <= 2; thr++)
-            copy_t[thr - 1] = min_d(copy_t[thr - 1],
-                                    memcpy_time(copy, (const char *)mats[0].w, bytes, thr));
+        for (int thr = 1; thr <= 2; thr++) {
+            double r = ms_read_stream(mats[0].w, (int64_t)bytes, thr);
+            double c = ms_copy_stream(copy, mats[0].w, (int64_t)bytes, thr);
+            rd[thr - 1] = r > rd[thr - 1] ? r : rd[thr - 1];
+            cp[thr - 1] = c > cp[thr - 1] ? c : cp[thr - 1];
+        }
         run_round(tables, mats, X, Y, round, best);
     }
-    double bw[2] = {2.0 * (double)bytes / copy_t[0] / 1e9, 2.0 * (double)bytes / copy_t[1] / 1e9};
-    printf("memcpy (read + write): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw[0], bw[1]);
-    printf("matrices: %zu MiB of weights, %d columns; floor x = time / (bytes / memcpy); "
+    printf("read stream (%s loads): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+           ms_kernels()->name, rd[0], rd[1]);
+    printf("memcpy (read + write, for information): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+           cp[0], cp[1]);
+    printf("matrices: %zu MiB of weights, %d columns; floor x = time / (bytes / read stream); "
            "best of %d interleaved rounds\n\n", mib, COLS, ROUNDS);
-    print_table(tables, mats, best, bw);
+    print_table(tables, mats, best, rd);
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         free(mats[f].w);
         free(mats[f].scale);

@@ -46,7 +46,7 @@ enum ms_placement {
 
 /* Engine options. Zero-initialise, then set what you need. */
 typedef struct ms_engine_opts {
-    int n_threads;       /* compute threads; 0 = all online CPUs */
+    int n_threads;       /* compute threads, 1..64 (process-wide); 0 = the CPUs we may run on */
     int64_t ctx;         /* default context for sessions; 0 = from config, capped */
     int quiet;           /* no progress lines on stderr */
     int placement;       /* enum ms_placement */
@@ -73,6 +73,8 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts,
                    ms_engine **out, ms_error *err);
 void ms_engine_close(ms_engine *eng);
 const ms_model_info *ms_engine_info(const ms_engine *eng);
+/* The compute threads the engine runs with. */
+int ms_engine_threads(const ms_engine *eng);
 
 /* Session options. Zero-initialise. */
 typedef struct ms_session_opts {
@@ -246,6 +248,20 @@ void ms_chat_parser_feed(ms_chat_parser *p, const char *text, size_t len,
 
 /* The kernel path chosen for this CPU ("avx512", "avx2", "scalar"). */
 const char *ms_kernel_path(void);
+
+/* The memory bandwidth that performance floors are judged against, in GB/s
+ * (1e9 bytes/s), with `threads` threads at once over buffers of `bytes`
+ * (at least 64 MiB; keep it far above the last-level cache): a plain read
+ * stream (*read_gbs) and, for information, memcpy counting bytes read +
+ * written (*copy_gbs, may be NULL). Each is the best of `rounds` passes
+ * taken alternately. Allocates and frees the buffers. */
+int ms_mem_bandwidth(int threads, int64_t bytes, int rounds, double *read_gbs,
+                     double *copy_gbs, ms_error *err);
+
+/* Bytes of weights the kernels have read since the process started (every
+ * product counts its matrix once, whatever the batch): with the token
+ * count, the bytes per token that a decode floor divides. */
+int64_t ms_weight_bytes_read(void);
 
 /* ---- Tokenizer ------------------------------------------------------------------
  * Byte-level BPE read from MODEL_DIR/tokenizer.json, token-exact with the

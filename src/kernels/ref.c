@@ -104,6 +104,19 @@ static void axpy_ref(float a, const float *x, float *y, int64_t n)
         y[i] += a * x[i];
 }
 
+static uint64_t stream_ref(const void *p, int64_t bytes)
+{
+    const uint64_t *q = p;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = 0; i < bytes / 8; i += 4) {
+        a ^= q[i];
+        b ^= q[i + 1];
+        c ^= q[i + 2];
+        d ^= q[i + 3];
+    }
+    return a ^ b ^ c ^ d;
+}
+
 static const ms_kernel_ops scalar_ops = {
     .name = "scalar",
     .rows = {
@@ -115,6 +128,7 @@ static const ms_kernel_ops scalar_ops = {
     },
     .dot = dot_ref,
     .axpy = axpy_ref,
+    .stream = stream_ref,
 };
 
 const ms_kernel_ops *ms_kernels_scalar(void)

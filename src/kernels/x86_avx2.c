@@ -333,6 +333,21 @@ static void axpy_avx2(float a, const float *x, float *y, int64_t n)
         y[i] = __builtin_fmaf(a, x[i], y[i]);
 }
 
+/* Four independent 256-bit load streams per 128 bytes. */
+static uint64_t stream_avx2(const void *p, int64_t bytes)
+{
+    const uint8_t *b = p;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < bytes; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(b + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(b + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(b + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(b + i + 96)));
+    }
+    __m256i x = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(x, 0) ^ (uint64_t)_mm256_extract_epi64(x, 3);
+}
+
 static const ms_kernel_ops avx2_ops = {
     .name = "avx2",
     .rows = {
@@ -344,6 +359,7 @@ static const ms_kernel_ops avx2_ops = {
     },
     .dot = dot_avx2,
     .axpy = axpy_avx2,
+    .stream = stream_avx2,
 };
 
 const ms_kernel_ops *ms_kernels_avx2(void)

@@ -327,8 +327,245 @@ MS_AVX512_ROWS(f32, MS_WFMT_F32)
 MS_AVX512_ROWS(bf16, MS_WFMT_BF16)
 MS_AVX512_ROWS(f16, MS_WFMT_F16)
 MS_AVX512_ROWS(fp8, MS_WFMT_FP8_BLOCK)
-MS_AVX512_ROWS(mxfp4, MS_WFMT_MXFP4)
 #undef MS_AVX512_ROWS
+
+/* ---- MXFP4 in lane order ------------------------------------------------
+ * A 64-byte load holds 128 columns (four groups of 32): dword lane i holds
+ * columns 8i..8i+7, column 8i+j in bits 4j..4j+3. Shifting the whole
+ * vector right by 4j puts column 8i+j in the low nibble of lane i, and
+ * vpermps looks it up in the 16 E2M1 values reading only those 4 bits: one
+ * shift and one shuffle per 16 weights, no byte shuffles. The price is that
+ * x must be in the same order: x is transposed once per call, per 128
+ * columns, into xp[j][i] = x[8i + j] (zero past the last column).
+ *
+ * Lane i belongs to group i / 4, so the group scales multiply partial sums:
+ * for each block, p = sum_j w_j * xp_j (unscaled codes) in two chains, then
+ * acc = fma(p, S, acc) with S the lanes' scales. S is a power of two, so
+ * p * S is exact and this equals scaling each weight (as ms_mat_get does)
+ * except where p * S under- or overflows. Columns go in panels of
+ * MX_PANEL; each panel's sum is reduced by the fixed tree of hsum and
+ * added to the row's result in panel order. Neither the panels nor the
+ * token groups depend on the batch, so a (token, row) gets the same bits
+ * alone or batched, in any row range. */
+enum { MX_BLOCK = 128, MX_PANEL = 1024 };
+
+/* xp[j*16 + i] = x[8i + j] for one block of k (32, 64, 96 or 128) columns;
+ * lanes past k are zero. A 16x8 -> 8x16 transpose: pairs of source vectors
+ * gathered by vpermt2ps, then 128-bit blocks regrouped by vshuff32x4. */
+AI void mx_transpose(const float *x, int k, float *xp)
+{
+    __m512 X[8];
+    for (int v = 0; v < 8; v++) {
+        int left = k - 16 * v;
+        __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        X[v] = _mm512_maskz_loadu_ps(m, x + 16 * v);
+    }
+    /* R[a][h] lane 4q+t: t = 0: A[j], 1: A[8+j], 2: B[j], 3: B[8+j] with
+     * A, B = X[2a], X[2a+1] and j = 4h + q */
+    const __m512i ih0 = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11,
+                                          19, 27);
+    const __m512i ih1 = _mm512_add_epi32(ih0, _mm512_set1_epi32(4));
+    __m512 R[4][2];
+    for (int a = 0; a < 4; a++) {
+        R[a][0] = _mm512_permutex2var_ps(X[2 * a], ih0, X[2 * a + 1]);
+        R[a][1] = _mm512_permutex2var_ps(X[2 * a], ih1, X[2 * a + 1]);
+    }
+    /* xp row j = block q of R[0][h], R[1][h], R[2][h], R[3][h] */
+    for (int h = 0; h < 2; h++) {
+        __m512 s01 = _mm512_shuffle_f32x4(R[0][h], R[1][h], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 u01 = _mm512_shuffle_f32x4(R[2][h], R[3][h], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 s23 = _mm512_shuffle_f32x4(R[0][h], R[1][h], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 u23 = _mm512_shuffle_f32x4(R[2][h], R[3][h], _MM_SHUFFLE(3, 2, 3, 2));
+        float *o = xp + 16 * 4 * h;
+        _mm512_store_ps(o, _mm512_shuffle_f32x4(s01, u01, _MM_SHUFFLE(2, 0, 2, 0)));
+        _mm512_store_ps(o + 16, _mm512_shuffle_f32x4(s01, u01, _MM_SHUFFLE(3, 1, 3, 1)));
+        _mm512_store_ps(o + 32, _mm512_shuffle_f32x4(s23, u23, _MM_SHUFFLE(2, 0, 2, 0)));
+        _mm512_store_ps(o + 48, _mm512_shuffle_f32x4(s23, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+}
+
+/* The scales of one block's ng (1..4) groups at sb, lane i taking group
+ * i / 4, as floats 2^(s-127) (s == 0: the subnormal 2^-127, s == 255:
+ * NaN, as ms_e8m0_to_f32). Lanes of absent groups are zero. */
+AI __m512 mx_scales(const uint8_t *sb, int ng)
+{
+    uint32_t s4 = 0;
+    if (ng == 4)
+        memcpy(&s4, sb, 4);
+    else
+        for (int g = 0; g < ng; g++)
+            s4 |= (uint32_t)sb[g] << (8 * g);
+    const __m512i spread = _mm512_setr_epi32(
+        (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808001,
+        (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808002, (int)0x80808002,
+        (int)0x80808002, (int)0x80808002, (int)0x80808003, (int)0x80808003, (int)0x80808003,
+        (int)0x80808003);
+    __m512i b = _mm512_shuffle_epi8(_mm512_set1_epi32((int)s4), spread);
+    __m512i bits = _mm512_slli_epi32(b, 23);
+    /* the byte 0 (absent groups read as 0 too) or 255 in s4: rare, fixed
+     * in vector registers; the common block costs three instructions */
+    uint32_t lo = s4 - 0x01010101u, hi = ~s4 - 0x01010101u;
+    if (__builtin_expect(((lo & ~s4) | (hi & s4)) & 0x80808080u, 0)) {
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
+                                     _mm512_set1_epi32(0x00400000));
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(255)),
+                                     _mm512_set1_epi32(0x7FC00000));
+        bits = _mm512_maskz_mov_epi32((__mmask16)((1u << (4 * ng)) - 1), bits);
+    }
+    return _mm512_castsi512_ps(bits);
+}
+
+/* Columns [c0, c1) of row r for nt tokens whose transposed x (panel
+ * relative, MX_BLOCK floats per block) is at xp[t]; returns the panel's
+ * sums through out[t]. */
+AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
+                     int64_t c1, float *out)
+{
+    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r;
+    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32);
+    __m512 a0[MAX_NT], a1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    for (int64_t c = c0; c < c1; c += MX_BLOCK) {
+        int k = c1 - c < MX_BLOCK ? (int)(c1 - c) : MX_BLOCK, ng = k / 32;
+        const float *xo[MAX_NT];
+        _mm_prefetch((const char *)row + c / 2 + PREFETCH, _MM_HINT_T0);
+        __m512i q = k == MX_BLOCK ? _mm512_loadu_si512(row + c / 2)
+                                  : _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
+                                                             row + c / 2);
+        __m512 s = mx_scales(sb + c / 32, ng);
+        __m512 p0[MAX_NT], p1[MAX_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            xo[t] = xp[t] + (c - c0);
+        __m512 w0 = _mm512_permutexvar_ps(q, tab);
+        __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            p0[t] = _mm512_mul_ps(w0, _mm512_load_ps(xo[t]));
+            p1[t] = _mm512_mul_ps(w1, _mm512_load_ps(xo[t] + 16));
+        }
+#pragma GCC unroll 3
+        for (int j = 2; j < 8; j += 2) {
+            w0 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4 * j), tab);
+            w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4 * j + 4), tab);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                p0[t] = _mm512_fmadd_ps(w0, _mm512_load_ps(xo[t] + 16 * j), p0[t]);
+                p1[t] = _mm512_fmadd_ps(w1, _mm512_load_ps(xo[t] + 16 * j + 16), p1[t]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm512_fmadd_ps(p0[t], s, a0[t]);
+            a1[t] = _mm512_fmadd_ps(p1[t], s, a1[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
+}
+
+/* Rows [r0, r1) over columns [cb, ce) (cb on a panel boundary) for nt
+ * tokens whose transposed x from column cb is at xp[t]. Each panel is
+ * summed alone and added to the row's result in panel order (Y = s0, then
+ * Y += s1, ...), the same operations whether the panels of a row come in
+ * one call (a token group over whole rows) or one call each (a batch,
+ * panel-major). One function per token count, so that each gets its own
+ * register allocation (one function for all four spilled the constants). */
+#define MX_ROWS_NT(nt)                                                                   \
+    __attribute__((noinline)) static void mx_rows_##nt(                                 \
+        const ms_mat *w, int64_t r0, int64_t r1, const float *const *xp, int64_t cb,     \
+        int64_t ce, float *Y, int64_t ldy)                                              \
+    {                                                                                    \
+        for (int64_t r = r0; r < r1; r++) {                                              \
+            float y[MAX_NT] = {0}, out[MAX_NT];                                          \
+            for (int64_t c0 = cb; c0 < ce; c0 += MX_PANEL) {                             \
+                const float *xq[MAX_NT];                                                 \
+                for (int t = 0; t < nt; t++)                                             \
+                    xq[t] = xp[t] + (c0 - cb);                                           \
+                mx_row_panel(nt, w, r, xq, c0, c0 + MX_PANEL < ce ? c0 + MX_PANEL : ce,  \
+                             out);                                                       \
+                for (int t = 0; t < nt; t++)                                             \
+                    y[t] = c0 > cb ? y[t] + out[t]                                       \
+                           : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];                  \
+            }                                                                            \
+            for (int t = 0; t < nt; t++)                                                 \
+                Y[t * ldy + r] = y[t];                                                   \
+        }                                                                                \
+    }
+MX_ROWS_NT(1)
+MX_ROWS_NT(2)
+MX_ROWS_NT(3)
+MX_ROWS_NT(4)
+#undef MX_ROWS_NT
+
+static void mx_rows(int nt, const ms_mat *w, int64_t r0, int64_t r1, const float *const *xp,
+                    int64_t cb, int64_t ce, float *Y, int64_t ldy)
+{
+    switch (nt) {
+    case 1: mx_rows_1(w, r0, r1, xp, cb, ce, Y, ldy); break;
+    case 2: mx_rows_2(w, r0, r1, xp, cb, ce, Y, ldy); break;
+    case 3: mx_rows_3(w, r0, r1, xp, cb, ce, Y, ldy); break;
+    default: mx_rows_4(w, r0, r1, xp, cb, ce, Y, ldy); break;
+    }
+}
+
+/* x columns [c0, c1) of token rows X[0..nt) transposed into out, one
+ * stride of `stride` floats per token. */
+static void mx_transpose_rows(const float *X, int nt, int64_t ldx, int64_t c0, int64_t c1,
+                              float *out, int64_t stride)
+{
+    for (int t = 0; t < nt; t++)
+        for (int64_t c = c0; c < c1; c += MX_BLOCK)
+            mx_transpose(X + t * ldx + c, c1 - c < MX_BLOCK ? (int)(c1 - c) : MX_BLOCK,
+                         out + t * stride + (c - c0));
+}
+
+/* Up to 4 tokens whose whole rows of x fit MX_XBUF: x transposed once,
+ * then row after row (the weights stream once, in order). More tokens:
+ * panel-major, so that the x of a token group stays in L1 (4 x 1024
+ * columns = 16 KiB; x streamed from L2 for every row was the bottleneck),
+ * with rows in blocks that stay in L2 while every token group of the pass
+ * goes over them. Neither order changes a result: each (token, row) sees
+ * the same panels in the same order. */
+enum { MX_XBUF = 64 << 10, MX_ROW_BLOCK = 32 };
+
+static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                       int64_t ldy, int64_t r0, int64_t r1)
+{
+    static _Alignas(64) __thread float xbuf[MX_XBUF];
+    const float *xp[MAX_NT];
+    int64_t whole = ms_ceil_div(w->cols, MX_BLOCK) * MX_BLOCK;
+    if (n <= MAX_NT && n * whole <= MX_XBUF) {
+        mx_transpose_rows(X, n, ldx, 0, w->cols, xbuf, whole);
+        for (int t = 0; t < n; t++)
+            xp[t] = xbuf + t * whole;
+        mx_rows(n, w, r0, r1, xp, 0, w->cols, Y, ldy);
+        return;
+    }
+    int64_t panel = w->cols < MX_PANEL ? ms_ceil_div(w->cols, MX_BLOCK) * MX_BLOCK : MX_PANEL;
+    int per_pass = (int)(MX_XBUF / panel);
+    for (int p0 = 0; p0 < n; p0 += per_pass) {
+        int np = n - p0 < per_pass ? n - p0 : per_pass;
+        for (int64_t c0 = 0; c0 < w->cols; c0 += MX_PANEL) {
+            int64_t c1 = c0 + MX_PANEL < w->cols ? c0 + MX_PANEL : w->cols;
+            mx_transpose_rows(X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
+            for (int64_t rb = r0; rb < r1; rb += MX_ROW_BLOCK) {
+                int64_t re = rb + MX_ROW_BLOCK < r1 ? rb + MX_ROW_BLOCK : r1;
+                for (int t0 = 0; t0 < np; t0 += MAX_NT) {
+                    int nt = np - t0 < MAX_NT ? np - t0 : MAX_NT;
+                    for (int t = 0; t < nt; t++)
+                        xp[t] = xbuf + (t0 + t) * panel;
+                    mx_rows(nt, w, rb, re, xp, c0, c1, Y + (p0 + t0) * ldy, ldy);
+                }
+            }
+        }
+    }
+}
 
 /* Same scheme as a row: two accumulators over chunks of 32, masked tail. */
 static float dot_avx512(const float *a, const float *b, int64_t n)
@@ -366,6 +603,21 @@ static void axpy_avx512(float a, const float *x, float *y, int64_t n)
     }
 }
 
+/* Four independent 512-bit load streams per 256 bytes. */
+static uint64_t stream_avx512(const void *p, int64_t bytes)
+{
+    const uint8_t *b = p;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < bytes; i += 256) {
+        a0 = _mm512_xor_si512(a0, _mm512_load_si512(b + i));
+        a1 = _mm512_xor_si512(a1, _mm512_load_si512(b + i + 64));
+        a2 = _mm512_xor_si512(a2, _mm512_load_si512(b + i + 128));
+        a3 = _mm512_xor_si512(a3, _mm512_load_si512(b + i + 192));
+    }
+    __m512i x = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    return (uint64_t)_mm512_reduce_or_epi64(x);
+}
+
 static const ms_kernel_ops avx512_ops = {
     .name = "avx512",
     .rows = {
@@ -377,6 +629,7 @@ static const ms_kernel_ops avx512_ops = {
     },
     .dot = dot_avx512,
     .axpy = axpy_avx512,
+    .stream = stream_avx512,
 };
 
 const ms_kernel_ops *ms_kernels_avx512(void)

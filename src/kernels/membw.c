@@ -1,0 +1,125 @@
+/* Memory bandwidth as the floors of docs/perf.md use it: `threads` plain
+ * pthreads, started and spinning on a flag before the clock runs, each
+ * streaming its own slice once. Not the pool: a measurement must know that
+ * every slice has its own thread, and a dynamic pool may run two slices on
+ * one worker. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "kernels/kernels.h"
+#include "moestream.h"
+
+enum { MAX_THREADS = 64 };
+
+typedef struct stream_job {
+    atomic_int *go;
+    const ms_kernel_ops *ops;
+    void *dst;       /* NULL: read only */
+    const void *src;
+    int64_t bytes;
+    uint64_t sum;    /* keeps the reads alive */
+} stream_job;
+
+static void run_slice(stream_job *j)
+{
+    if (j->dst)
+        memcpy(j->dst, j->src, (size_t)j->bytes);
+    else
+        j->sum = j->ops->stream(j->src, j->bytes);
+}
+
+static void *slice_thread(void *arg)
+{
+    stream_job *j = arg;
+    while (!atomic_load_explicit(j->go, memory_order_acquire))
+        ;
+    run_slice(j);
+    return NULL;
+}
+
+/* Seconds for all slices, or -1 when a thread cannot be started. */
+static double stream_time(void *dst, const void *src, int64_t bytes, int threads)
+{
+    if (threads < 1)
+        threads = 1;
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    /* slices of whole 256-byte lines, as the stream ops require */
+    int64_t part = bytes / threads / 256 * 256;
+    stream_job jobs[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    atomic_int go = 0;
+    if (part <= 0)
+        return -1;
+    for (int i = 0; i < threads; i++)
+        jobs[i] = (stream_job){&go, ms_kernels(), dst ? (char *)dst + i * part : NULL,
+                               (const char *)src + i * part, part, 0};
+    int started = 1;
+    while (started < threads && pthread_create(&tid[started], NULL, slice_thread,
+                                               &jobs[started]) == 0)
+        started++;
+    atomic_store_explicit(&go, 1, memory_order_release);
+    double t0 = ms_now();
+    run_slice(&jobs[0]);
+    for (int i = 1; i < started; i++)
+        pthread_join(tid[i], NULL);
+    double t = ms_now() - t0;
+    volatile uint64_t sink = 0;
+    for (int i = 0; i < started; i++)
+        sink ^= jobs[i].sum;
+    (void)sink;
+    return started < threads ? -1 : t;
+}
+
+double ms_read_stream(const void *buf, int64_t bytes, int threads)
+{
+    double t = stream_time(NULL, buf, bytes, threads);
+    return t > 0 ? (double)(bytes / threads / 256 * 256 * threads) / t / 1e9 : 0;
+}
+
+double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads)
+{
+    double t = stream_time(dst, src, bytes, threads);
+    return t > 0 ? 2.0 * (double)(bytes / threads / 256 * 256 * threads) / t / 1e9 : 0;
+}
+
+int ms_mem_bandwidth(int threads, int64_t bytes, int rounds, double *read_gbs,
+                     double *copy_gbs, ms_error *err)
+{
+    if (threads < 1 || threads > MAX_THREADS || bytes < (INT64_C(64) << 20) || rounds < 1)
+        return ms_err_set(err, MS_E_ARG, "memory bandwidth: threads 1..%d, at least 64 MiB "
+                          "and one round expected, got %d threads, %lld bytes, %d rounds",
+                          MAX_THREADS, threads, (long long)bytes, rounds);
+    uint8_t *a = aligned_alloc(4096, (size_t)bytes), *b = aligned_alloc(4096, (size_t)bytes);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return ms_err_set(err, MS_E_NOMEM, "memory bandwidth: cannot allocate 2 x %lld MiB",
+                          (long long)(bytes >> 20));
+    }
+    memset(a, 1, (size_t)bytes); /* fault every page in before timing */
+    memset(b, 2, (size_t)bytes);
+    double best_r = 0, best_c = 0;
+    for (int i = 0; i < rounds; i++) {
+        double r = ms_read_stream(a, bytes, threads);
+        double c = copy_gbs ? ms_copy_stream(b, a, bytes, threads) : 1;
+        if (r <= 0 || c <= 0) {
+            free(a);
+            free(b);
+            return ms_err_set(err, MS_E_NOMEM, "memory bandwidth: cannot start %d threads",
+                              threads);
+        }
+        best_r = r > best_r ? r : best_r;
+        best_c = c > best_c ? c : best_c;
+    }
+    free(a);
+    free(b);
+    *read_gbs = best_r;
+    if (copy_gbs)
+        *copy_gbs = best_c;
+    return 0;
+}
