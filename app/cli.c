@@ -106,3 +106,14 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err)
     }
     return rc;
 }
+
+int cli_parse_precision(const char *cmd, const char *v, int *precision)
+{
+    if (!strcmp(v, "exact"))
+        *precision = MS_PRECISION_EXACT;
+    else if (!strcmp(v, "fast"))
+        *precision = MS_PRECISION_FAST;
+    else
+        return cli_usage_error(cmd, "--precision expects exact or fast, got \"%s\"", v);
+    return 0;
+}

@@ -18,6 +18,10 @@ const char *cli_value(int argc, char **argv, int *i, const char *name, int *miss
 int cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_parse_f64(const char *s, double lo, double hi, double *out);
 
+/* --precision exact|fast into *precision (enum ms_precision); 0, or an exit
+ * status after printing the usage error. */
+int cli_parse_precision(const char *cmd, const char *v, int *precision);
+
 /* Reads decimal token ids separated by white space; caller frees *ids. */
 int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
 
@@ -25,7 +29,7 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
 typedef struct run_opts {
     const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
     const char *system, *effort;
-    int placement, no_prefetch, buffered;
+    int placement, no_prefetch, buffered, precision;
     int64_t ram, io_threads, cache_slots, reads;
     int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */
     int ids, ignore_eos, stats, raw, hide_reasoning, thinking, no_reuse;

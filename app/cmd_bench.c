@@ -15,7 +15,7 @@
 typedef struct bench_opts {
     const char *model, *trace;
     int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads;
-    int placement, no_prefetch, buffered, floor;
+    int placement, no_prefetch, buffered, floor, precision;
 } bench_opts;
 
 static int parse(int argc, char **argv, bench_opts *o)
@@ -44,6 +44,10 @@ static int parse(int argc, char **argv, bench_opts *o)
         if (done)
             continue;
         if ((v = cli_value(argc, argv, &i, "--trace", &miss))) o->trace = v;
+        else if ((v = cli_value(argc, argv, &i, "--precision", &miss))) {
+            if (cli_parse_precision("bench", v, &o->precision))
+                return 2;
+        }
         else if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
             if ((o->ram = ms_parse_size(v)) <= 0)
                 return cli_usage_error("bench", "--ram expects a size like 6G");
@@ -138,7 +142,8 @@ int cmd_bench(int argc, char **argv)
                          .ram = o.ram, .io_threads = (int)o.io_threads,
                          .cache_slots = (int)o.cache_slots, .reads = (int)o.reads,
                          .no_prefetch = o.no_prefetch,
-                         .buffered = o.buffered, .trace_path = o.trace};
+                         .buffered = o.buffered, .trace_path = o.trace,
+                         .precision = o.precision};
     ms_engine *eng = NULL;
     ms_session *s = NULL;
     int32_t *ids = NULL;
@@ -180,6 +185,7 @@ int cmd_bench(int argc, char **argv)
            "------------------------------------------", "----------------------------------");
     row("family", info->family);
     row("experts", ms_engine_placement(eng));
+    row("kernels", ms_kernel_path());
     print_phase("prefill", o.prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
     print_phase("decode", o.n, s2.t_decode - s1.t_decode, &s1, &s2);
     char v[128];

@@ -14,7 +14,7 @@ static const struct {
      "run MODEL_DIR (-p TEXT | --prompt-ids FILE) [-n N] [--temp T] [--top-p P] [--top-k K] "
      "[--min-p P] [--seed S]\n                [--repeat-penalty R] [--presence-penalty P] "
      "[--frequency-penalty F] [--ctx N] [--raw] [--ids] [--ignore-eos]\n"
-     "                [--stats] [--threads N] [--system TEXT] [--think on|off] "
+     "                [--stats] [--threads N] [--precision exact|fast] [--system TEXT] [--think on|off] "
      "[--reasoning-effort E] [--hide-reasoning]\n"
      "                [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
      "[--no-prefetch] [--buffered] [--trace FILE] [--cache-slots N] [--reads N]"},
@@ -38,7 +38,8 @@ static const struct {
      "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},
     {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},
     {"bench", cmd_bench,
-     "bench MODEL_DIR [--prompt N] [-n N] [--disk N] [--floor] [--trace FILE] [placement options]"},
+     "bench MODEL_DIR [--prompt N] [-n N] [--disk N] [--floor] [--precision exact|fast] "
+     "[--trace FILE] [placement options]"},
 };
 
 static int usage(FILE *out)
@@ -57,7 +58,8 @@ int main(int argc, char **argv)
         return usage(stderr);
     ms_install_fault_handler();
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("moestream %s (kernels: %s)\n", MS_VERSION, ms_kernel_path());
+        printf("moestream %s (kernels: %s; --precision fast: %s)\n", MS_VERSION,
+               ms_kernel_path(), ms_kernels_fast_available() ? "available" : "not on this CPU");
         return 0;
     }
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))

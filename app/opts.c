@@ -44,6 +44,11 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
                 return cli_usage_error(cmd, "--ram expects a size like 6G or 512M, got \"%s\"", v);
             continue;
         }
+        if ((v = cli_value(argc, argv, &i, "--precision", &miss))) {
+            if (cli_parse_precision(cmd, v, &o->precision))
+                return 2;
+            continue;
+        }
         if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
             if (!strcmp(v, "auto")) o->placement = MS_PLACE_AUTO;
             else if (!strcmp(v, "pagecache")) o->placement = MS_PLACE_PAGECACHE;
@@ -114,7 +119,8 @@ int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *
                          .placement = o->placement, .ram = o->ram,
                          .cache_slots = (int)o->cache_slots, .reads = (int)o->reads,
                          .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
-                         .buffered = o->buffered, .trace_path = o->trace};
+                         .buffered = o->buffered, .trace_path = o->trace,
+                         .precision = o->precision};
     ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
     if (ms_engine_open(o->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
         return -1;
@@ -139,6 +145,9 @@ void run_opts_print_stats(const ms_session *s)
     ms_stats st;
     ms_session_stats(s, &st);
     double busy = st.t_attn + st.t_experts + st.t_head + st.t_other;
+    fprintf(stderr, "kernels: %s%s\n", ms_kernel_path(),
+            strstr(ms_kernel_path(), "fast") ? " (precision fast: activations rounded to bf16 "
+                                               "for BF16 and MXFP4 weights; not exact)" : "");
     fprintf(stderr, "prefill: %lld tokens in %.3f s (%.2f tok/s)\n",
             (long long)st.n_prefill_tokens, st.t_prefill,
             st.t_prefill > 0 ? (double)st.n_prefill_tokens / st.t_prefill : 0.0);

@@ -57,7 +57,16 @@ typedef struct ms_engine_opts {
     int no_prefetch;     /* disable decode prefetch of the next layer's experts */
     int buffered;        /* never use O_DIRECT for expert reads */
     const char *trace_path; /* write the expert routing trace here */
+    int precision;       /* enum ms_precision (process-wide, like n_threads) */
 } ms_engine_opts;
+
+/* Arithmetic of the products. EXACT keeps float32 activations (results
+ * within float32 rounding of the reference, the validated default). FAST
+ * rounds activations to bf16 for BF16 and MXFP4 weights and uses the CPU's
+ * bf16 dot products (AVX512-BF16): faster, further from the reference
+ * (docs/perf.md gives the measured deviation); refused where the CPU lacks
+ * it. */
+enum ms_precision { MS_PRECISION_EXACT = 0, MS_PRECISION_FAST = 1 };
 
 /* What a front end needs to know about a loaded model. Owned by the engine. */
 typedef struct ms_model_info {
@@ -246,8 +255,11 @@ void ms_chat_parser_feed(ms_chat_parser *p, const char *text, size_t len,
                          void (*emit)(void *ctx, int channel, const char *s, size_t n),
                          void *ctx);
 
-/* The kernel path chosen for this CPU ("avx512", "avx2", "scalar"). */
+/* The kernel path products use ("avx512", "avx2", "scalar", or the fast
+ * table's name once an engine opened with MS_PRECISION_FAST). */
 const char *ms_kernel_path(void);
+/* Whether this CPU can run MS_PRECISION_FAST. */
+int ms_kernels_fast_available(void);
 
 /* The memory bandwidth that performance floors are judged against, in GB/s
  * (1e9 bytes/s), with `threads` threads at once over buffers of `bytes`

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test of the suite and prints the closing line "N passed, N failed".
+# Runs every test of the suite and prints the closing line
+# "N passed, N failed, N skipped".
 #
 # Test programs are the C binaries built from tests/*/test_*.c and the scripts
 # tests/*/test_*.sh; each prints one "PASS name" / "FAIL name: why" line per
-# case. A program that exits non-zero without reporting a failure (a crash,
+# case, and "SKIP name: why" for a case this machine cannot run (a CPU
+# without an instruction set), never silently. A program that exits non-zero without reporting a failure (a crash,
 # a sanitizer abort) counts as one failed case.
 set -u
 cd "$(dirname "$0")/.."
@@ -21,13 +23,14 @@ export MOESTREAM_FIXTURES=${MOESTREAM_FIXTURES:-../shared/fixtures}
 export MS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/moestream-test.XXXXXX")
 trap 'rm -rf "$MS_TMP"' EXIT
 
-passed=0; failed=0
+passed=0; failed=0; skipped=0
 run_one() {
   local name=$1; shift
   local out rc
   out=$("$@" 2>"$MS_TMP/stderr"); rc=$?
-  printf '%s\n' "$out" | grep -E '^(PASS|FAIL|     )' || true
+  printf '%s\n' "$out" | grep -E '^(PASS|FAIL|SKIP|     )' || true
   local p f
+  skipped=$((skipped + $(printf '%s\n' "$out" | grep -c '^SKIP ')))
   p=$(printf '%s\n' "$out" | grep -c '^PASS ')
   f=$(printf '%s\n' "$out" | grep -c '^FAIL ')
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -47,5 +50,5 @@ for t in $(ls tests/*/test_*.sh 2>/dev/null | sort); do
   run_one "$t" bash "$t"
 done
 
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -25,6 +25,9 @@
 
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static const ms_kernel_ops *chosen; /* written once, under choose_once */
+/* The table products use: the exact one unless the fast one was asked for
+ * (process-wide, like the thread count; set at engine open). */
+static _Atomic(const ms_kernel_ops *) active;
 
 static void choose(void)
 {
@@ -35,10 +38,30 @@ static void choose(void)
         chosen = ms_kernels_scalar();
 }
 
-const ms_kernel_ops *ms_kernels(void)
+const ms_kernel_ops *ms_kernels_exact(void)
 {
     pthread_once(&choose_once, choose);
     return chosen;
+}
+
+const ms_kernel_ops *ms_kernels(void)
+{
+    const ms_kernel_ops *a = atomic_load_explicit(&active, memory_order_acquire);
+    return a ? a : ms_kernels_exact();
+}
+
+int ms_kernels_set_fast(int fast)
+{
+    const ms_kernel_ops *t = fast ? ms_kernels_avx512_bf16() : ms_kernels_exact();
+    if (!t)
+        return -1;
+    atomic_store_explicit(&active, t, memory_order_release);
+    return 0;
+}
+
+int ms_kernels_fast_available(void)
+{
+    return ms_kernels_avx512_bf16() != NULL;
 }
 
 const char *ms_kernel_path(void)

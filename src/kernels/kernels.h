@@ -67,9 +67,16 @@ const ms_kernel_ops *ms_kernels_avx512(void);
  * products by vdpbf16ps over activations rounded to bf16; not exact. */
 const ms_kernel_ops *ms_kernels_avx512_bf16(void);
 
-/* The table for this CPU, chosen once (thread-safe): the fastest available.
- * The environment is not consulted; tests reach the others directly. */
+/* The exact table for this CPU, chosen once (thread-safe): the fastest
+ * available. The environment is not consulted; tests reach the others
+ * directly. */
+const ms_kernel_ops *ms_kernels_exact(void);
+
+/* The table products use: ms_kernels_exact(), or the fast table once
+ * ms_kernels_set_fast(1) succeeded (process-wide; -1 when this CPU has no
+ * fast table, nothing changes). */
 const ms_kernel_ops *ms_kernels(void);
+int ms_kernels_set_fast(int fast);
 
 /* Multithreaded drivers over the active op table (row chunks spread over
  * the thread pool, base/pool.h; one dispatch per call).

@@ -107,7 +107,10 @@ void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int3
 {
     int E = r->n_experts, k = r->top_k;
     float tmp[MS_ROUTER_MAX_EXPERTS];
-    ms_matmul(&r->w, x, (int)n, logits);
+    /* routers always run exact, also under --precision fast: a rounded
+     * router logit can flip the choice of an expert, a discrete change the
+     * fast path must not add for a product this small */
+    ms_matmul_ops(ms_kernels_exact(), &r->w, x, (int)n, logits);
     if (r->bias)
         ms_add_bias(logits, r->bias, n, E);
     for (int64_t t = 0; t < n; t++) {
@@ -124,7 +127,7 @@ void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, i
     float *xn = tmp, *logits = tmp + d;
     int32_t ids[MS_ROUTER_MAX_EXPERTS];
     ms_rmsnorm(x, norm_w, eps, 1, d, xn);
-    ms_matvec(&r->w, xn, logits);
+    ms_matmul_ops(ms_kernels_exact(), &r->w, xn, 1, logits);
     if (r->bias)
         ms_add(logits, r->bias, r->n_experts);
     choose(r, logits, ids);

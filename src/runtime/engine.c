@@ -179,6 +179,12 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
                           ms_pool_threads(), opts->n_threads);
     }
     eng->n_threads = ms_pool_threads();
+    if (ms_kernels_set_fast(opts->precision == MS_PRECISION_FAST)) {
+        free(eng);
+        return ms_err_set(err, MS_E_UNSUPPORTED, "precision fast needs AVX-512 with "
+                          "AVX512-BF16, which this CPU lacks (its kernels: %s); use the "
+                          "default exact precision", ms_kernels_exact()->name);
+    }
     if (ms_ckpt_open(model_dir, &eng->ck, err) ||
         !(eng->family = ms_family_find(eng->ck, err)) || load_model(eng, err) ||
         ms_engine_read_special_ids(eng, err)) {

@@ -15,7 +15,7 @@ check() {
   if out=$("$@" 2>&1); then pass "$name"; else fail "$name" "$(printf '%s' "$out" | tail -4 | tr '\n' ' ')"; fi
 }
 vocab_of() { $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$1/config.json"; }
-topk_of() { $PY -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("num_experts_per_tok") or c["experts_per_token"])' "$1/config.json"; }
+topk_of() { $PY -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("num_experts_per_tok") or c.get("experts_per_token") or c["moe_topk"])' "$1/config.json"; }
 same_ids() { [ "$(xargs <"$1")" = "$(xargs <"$2")" ]; }
 # 32 prompt ids below the vocabulary, varied with a seed
 prompt_ids() { awk -v v="$1" -v s="$2" 'BEGIN { for (i = 0; i < 32; i++) printf "%d ", (i * 37 + s * 11) % (v - 20); print "" }'; }

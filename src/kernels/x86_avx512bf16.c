@@ -1,0 +1,322 @@
+/* The fast op table (--precision fast): AVX-512 with AVX512-BF16, whose
+ * vdpbf16ps does 32 multiply-adds per instruction where an FMA does 16.
+ *
+ * Not exact, and so opt-in: activations are rounded to bf16 (round to
+ * nearest even, 8 significant bits) once per product, as llama.cpp does for
+ * bf16 weights. Weights stay exact: every BF16 and every MXFP4 value is a
+ * bf16 number. vdpbf16ps adds the two exact products of a pair into a lane
+ * with float32 rounding and flushes subnormal inputs and outputs to zero.
+ * Formats without a fast kernel here (F32, F16, FP8) run the exact AVX-512
+ * kernels of this same table; the engine reports which ran and the test
+ * suite measures the deviation on the fixtures.
+ *
+ * Layouts, per block of 128 columns:
+ *  - BF16: four vectors of 32 weights in column order; x in column order.
+ *  - MXFP4: the block's 64 bytes read as 32 words, word l holding columns
+ *    4l..4l+3 (column 4l+j in bits 4j..4j+3). Shifting the words right by
+ *    4j and looking them up with vpermw (which reads the low 5 bits of each
+ *    index: the 16 E2M1 values are stored twice) gives the 32 weights of
+ *    columns 4l+j, l = 0..31, as bf16; x is laid out to match,
+ *    xb[j][l] = bf16(x[4l + j]). Float lane i pairs words 2i and 2i+1,
+ *    i.e. columns 8i+j and 8i+4+j, both of group i/4: the group scales
+ *    multiply the block's partial sums per lane (a power of two: exact).
+ * As in the exact tables, every (token, row) sees the same operations
+ * alone, batched or in any row range: panels of MX_PANEL columns, each
+ * reduced by a fixed tree and added in order. */
+#include <immintrin.h>
+#include <pthread.h>
+
+#include "kernels/internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+enum {
+    BLOCK = 128,       /* columns per step */
+    PANEL = 2048,      /* columns per panel: x of 4 tokens = 16 KiB of bf16 */
+    MAX_NT = 4,        /* tokens sharing decoded weights */
+    XBUF = 128 << 10,  /* bf16 activations held per pass (256 KiB) */
+    ROW_BLOCK = 32,    /* rows sharing a pass over the token groups */
+    PREFETCH = 4096,   /* bytes ahead in a row's weights */
+};
+
+AI float hsum(__m512 v)
+{
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* k (1..128) floats at x as 128 bf16 in column order, zero past k. */
+AI void to_bf16(const float *x, int k, __m512i out[4])
+{
+    __m512 v[8];
+    for (int i = 0; i < 8; i++) {
+        int left = k - 16 * i;
+        __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        v[i] = _mm512_maskz_loadu_ps(m, x + 16 * i);
+    }
+    for (int i = 0; i < 4; i++) /* the second source fills the low half */
+        out[i] = (__m512i)_mm512_cvtne2ps_pbh(v[2 * i + 1], v[2 * i]);
+}
+
+/* BF16 weights: x block as is. */
+static void x_bf16(const float *x, int k, uint16_t *xb)
+{
+    __m512i n[4];
+    to_bf16(x, k, n);
+    for (int i = 0; i < 4; i++)
+        _mm512_store_si512(xb + 32 * i, n[i]);
+}
+
+/* MXFP4 x order: word l of row j takes natural word 4l + j, i.e. word
+ * 4(l % 8) + j of vector l / 8 (vpermt2w: 0-31 first source, 32-63 second;
+ * rows 0-15 from vectors 0-1, 16-31 from vectors 2-3). */
+static const uint16_t mx_pick[4][32] __attribute__((aligned(64))) = {
+    {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60},
+    {1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61},
+    {2, 6, 10, 14, 18, 22, 26, 30, 34, 38, 42, 46, 50, 54, 58, 62, 2, 6, 10, 14, 18, 22, 26, 30, 34, 38, 42, 46, 50, 54, 58, 62},
+    {3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63},
+};
+
+/* MXFP4 weights: xb[j*32 + l] = bf16(x[4l + j]); two two-source permutes
+ * give the low and high 16 words of each row j. */
+static void x_mxfp4(const float *x, int k, uint16_t *xb)
+{
+    __m512i n[4];
+    to_bf16(x, k, n);
+    for (int j = 0; j < 4; j++) {
+        __m512i ix = _mm512_load_si512(mx_pick[j]);
+        __m512i lo = _mm512_permutex2var_epi16(n[0], ix, n[1]);
+        __m512i hi = _mm512_permutex2var_epi16(n[2], ix, n[3]);
+        _mm512_store_si512(xb + 32 * j, _mm512_mask_blend_epi16(0xFFFF0000u, lo, hi));
+    }
+}
+
+/* The scales of a block's ng groups at sb, lane i taking group i / 4 (as
+ * in x86_avx512.c). */
+AI __m512 mx_scales(const uint8_t *sb, int ng)
+{
+    uint32_t s4 = 0;
+    if (ng == 4)
+        memcpy(&s4, sb, 4);
+    else
+        for (int g = 0; g < ng; g++)
+            s4 |= (uint32_t)sb[g] << (8 * g);
+    const __m512i spread = _mm512_setr_epi32(
+        (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808001,
+        (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808002, (int)0x80808002,
+        (int)0x80808002, (int)0x80808002, (int)0x80808003, (int)0x80808003, (int)0x80808003,
+        (int)0x80808003);
+    __m512i b = _mm512_shuffle_epi8(_mm512_set1_epi32((int)s4), spread);
+    __m512i bits = _mm512_slli_epi32(b, 23);
+    uint32_t lo = s4 - 0x01010101u, hi = ~s4 - 0x01010101u;
+    if (__builtin_expect(((lo & ~s4) | (hi & s4)) & 0x80808080u, 0)) {
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
+                                     _mm512_set1_epi32(0x00400000));
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(255)),
+                                     _mm512_set1_epi32(0x7FC00000));
+        bits = _mm512_maskz_mov_epi32((__mmask16)((1u << (4 * ng)) - 1), bits);
+    }
+    return _mm512_castsi512_ps(bits);
+}
+
+/* Columns [c0, c1) of row r for nt tokens with bf16 x (panel relative) at
+ * xb[t]; the panel's sums to out[t]. */
+AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb,
+                  int64_t c0, int64_t c1, float *out)
+{
+    /* E2M1 values as bf16, twice (vpermw reads 5 index bits) */
+    const __m512i tab = _mm512_set_epi16(
+        (short)0xC0C0, (short)0xC080, (short)0xC040, (short)0xC000, (short)0xBFC0,
+        (short)0xBF80, (short)0xBF00, (short)0x8000, 0x40C0, 0x4080, 0x4040, 0x4000, 0x3FC0,
+        0x3F80, 0x3F00, 0x0000, (short)0xC0C0, (short)0xC080, (short)0xC040, (short)0xC000,
+        (short)0xBFC0, (short)0xBF80, (short)0xBF00, (short)0x8000, 0x40C0, 0x4080, 0x4040,
+        0x4000, 0x3FC0, 0x3F80, 0x3F00, 0x0000);
+    int mx = f == MS_WFMT_MXFP4;
+    const uint8_t *row = (const uint8_t *)w->w + (mx ? w->cols / 2 : 2 * w->cols) * r;
+    const uint8_t *sb = mx ? (const uint8_t *)w->scale + r * (w->cols / 32) : NULL;
+    __m512 a0[MAX_NT], a1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    for (int64_t c = c0; c < c1; c += BLOCK) {
+        int k = c1 - c < BLOCK ? (int)(c1 - c) : BLOCK;
+        __m512i wv[4];
+        if (mx) {
+            int ng = k / 32;
+            const uint8_t *p = row + c / 2;
+            _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+            __m512i q = k == BLOCK ? _mm512_loadu_si512(p)
+                                   : _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
+                                                              p);
+            wv[0] = _mm512_permutexvar_epi16(q, tab);
+            wv[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 4), tab);
+            wv[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 8), tab);
+            wv[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 12), tab);
+            __m512 s = mx_scales(sb + c / 32, ng);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const uint16_t *xo = xb[t] + (c - c0);
+                __m512 p0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[0],
+                                             (__m512bh)_mm512_load_si512(xo));
+                __m512 p1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[1],
+                                             (__m512bh)_mm512_load_si512(xo + 32));
+                p0 = _mm512_dpbf16_ps(p0, (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo + 64));
+                p1 = _mm512_dpbf16_ps(p1, (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo + 96));
+                a0[t] = _mm512_fmadd_ps(p0, s, a0[t]);
+                a1[t] = _mm512_fmadd_ps(p1, s, a1[t]);
+            }
+        } else {
+            const uint8_t *p = row + 2 * c;
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                _mm_prefetch((const char *)p + PREFETCH + 64 * i, _MM_HINT_T0);
+            if (k == BLOCK) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    wv[i] = _mm512_loadu_si512(p + 64 * i);
+            } else {
+                for (int i = 0; i < 4; i++) {
+                    int left = k - 32 * i;
+                    __mmask32 m = left >= 32  ? 0xFFFFFFFFu
+                                  : left <= 0 ? 0
+                                              : (__mmask32)((1u << left) - 1);
+                    wv[i] = _mm512_maskz_loadu_epi16(m, p + 64 * i);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const uint16_t *xo = xb[t] + (c - c0);
+                a0[t] = _mm512_dpbf16_ps(a0[t], (__m512bh)wv[0], (__m512bh)_mm512_load_si512(xo));
+                a1[t] = _mm512_dpbf16_ps(a1[t], (__m512bh)wv[1],
+                                         (__m512bh)_mm512_load_si512(xo + 32));
+                a0[t] = _mm512_dpbf16_ps(a0[t], (__m512bh)wv[2],
+                                         (__m512bh)_mm512_load_si512(xo + 64));
+                a1[t] = _mm512_dpbf16_ps(a1[t], (__m512bh)wv[3],
+                                         (__m512bh)_mm512_load_si512(xo + 96));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
+}
+
+/* Rows [r0, r1) over columns [cb, ce), panels added in order (see
+ * x86_avx512.c, mx_rows). */
+AI void rows_nt(ms_wfmt f, int nt, const ms_mat *w, int64_t r0, int64_t r1,
+                const uint16_t *const *xb, int64_t cb, int64_t ce, float *Y, int64_t ldy)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        float y[MAX_NT] = {0}, out[MAX_NT];
+        for (int64_t c0 = cb; c0 < ce; c0 += PANEL) {
+            const uint16_t *xq[MAX_NT];
+            for (int t = 0; t < nt; t++)
+                xq[t] = xb[t] + (c0 - cb);
+            row_panel(f, nt, w, r, xq, c0, c0 + PANEL < ce ? c0 + PANEL : ce, out);
+            for (int t = 0; t < nt; t++)
+                y[t] = c0 > cb ? y[t] + out[t] : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];
+        }
+        for (int t = 0; t < nt; t++)
+            Y[t * ldy + r] = y[t];
+    }
+}
+
+#define ROWS_NT(name, fmt, nt)                                                           \
+    __attribute__((noinline)) static void name##_##nt(                                  \
+        const ms_mat *w, int64_t r0, int64_t r1, const uint16_t *const *xb, int64_t cb,  \
+        int64_t ce, float *Y, int64_t ldy)                                              \
+    {                                                                                    \
+        rows_nt(fmt, nt, w, r0, r1, xb, cb, ce, Y, ldy);                                 \
+    }
+ROWS_NT(bf, MS_WFMT_BF16, 1)
+ROWS_NT(bf, MS_WFMT_BF16, 2)
+ROWS_NT(bf, MS_WFMT_BF16, 3)
+ROWS_NT(bf, MS_WFMT_BF16, 4)
+ROWS_NT(mx, MS_WFMT_MXFP4, 1)
+ROWS_NT(mx, MS_WFMT_MXFP4, 2)
+ROWS_NT(mx, MS_WFMT_MXFP4, 3)
+ROWS_NT(mx, MS_WFMT_MXFP4, 4)
+#undef ROWS_NT
+
+typedef void (*rows_nt_fn)(const ms_mat *, int64_t, int64_t, const uint16_t *const *, int64_t,
+                           int64_t, float *, int64_t);
+
+/* Activations of up to 4 tokens over whole rows, converted once, then row
+ * after row; more tokens: panel-major with row blocks (x of a token group
+ * stays in L1, a row block's weights in L2). */
+static void rows_fast(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t ldx,
+                      float *Y, int64_t ldy, int64_t r0, int64_t r1)
+{
+    static _Alignas(64) __thread uint16_t xbuf[XBUF];
+    static const rows_nt_fn fns[2][MAX_NT] = {{bf_1, bf_2, bf_3, bf_4}, {mx_1, mx_2, mx_3, mx_4}};
+    const rows_nt_fn *fn = fns[f == MS_WFMT_MXFP4];
+    void (*conv)(const float *, int, uint16_t *) = f == MS_WFMT_MXFP4 ? x_mxfp4 : x_bf16;
+    const uint16_t *xb[MAX_NT];
+    int64_t whole = ms_ceil_div(w->cols, BLOCK) * BLOCK;
+    if (n <= MAX_NT && n * whole <= XBUF) {
+        for (int t = 0; t < n; t++) {
+            for (int64_t c = 0; c < w->cols; c += BLOCK)
+                conv(X + t * ldx + c, w->cols - c < BLOCK ? (int)(w->cols - c) : BLOCK,
+                     xbuf + t * whole + c);
+            xb[t] = xbuf + t * whole;
+        }
+        fn[n - 1](w, r0, r1, xb, 0, w->cols, Y, ldy);
+        return;
+    }
+    int64_t panel = w->cols < PANEL ? whole : PANEL;
+    int per_pass = (int)(XBUF / panel);
+    for (int p0 = 0; p0 < n; p0 += per_pass) {
+        int np = n - p0 < per_pass ? n - p0 : per_pass;
+        for (int64_t c0 = 0; c0 < w->cols; c0 += PANEL) {
+            int64_t c1 = c0 + PANEL < w->cols ? c0 + PANEL : w->cols;
+            for (int t = 0; t < np; t++)
+                for (int64_t c = c0; c < c1; c += BLOCK)
+                    conv(X + (p0 + t) * ldx + c, c1 - c < BLOCK ? (int)(c1 - c) : BLOCK,
+                         xbuf + t * panel + (c - c0));
+            for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
+                int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
+                for (int t0 = 0; t0 < np; t0 += MAX_NT) {
+                    int nt = np - t0 < MAX_NT ? np - t0 : MAX_NT;
+                    for (int t = 0; t < nt; t++)
+                        xb[t] = xbuf + (t0 + t) * panel;
+                    fn[nt - 1](w, rb, re, xb, c0, c1, Y + (p0 + t0) * ldy, ldy);
+                }
+            }
+        }
+    }
+}
+
+static void rows_bf16(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                      int64_t ldy, int64_t r0, int64_t r1)
+{
+    rows_fast(MS_WFMT_BF16, w, X, n, ldx, Y, ldy, r0, r1);
+}
+
+static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                       int64_t ldy, int64_t r0, int64_t r1)
+{
+    rows_fast(MS_WFMT_MXFP4, w, X, n, ldx, Y, ldy, r0, r1);
+}
+
+static ms_kernel_ops fast_ops; /* the avx512 table with the two fast kernels */
+
+static void build(void)
+{
+    fast_ops = *ms_kernels_avx512();
+    fast_ops.name = "avx512-bf16-fast";
+    fast_ops.rows[MS_WFMT_BF16] = rows_bf16;
+    fast_ops.rows[MS_WFMT_MXFP4] = rows_mxfp4;
+}
+
+const ms_kernel_ops *ms_kernels_avx512_bf16(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    __builtin_cpu_init();
+    if (!ms_kernels_avx512() || !__builtin_cpu_supports("avx512bf16"))
+        return NULL;
+    pthread_once(&once, build);
+    return &fast_ops;
+}
