@@ -181,10 +181,11 @@ void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int6
 
 int64_t ms_moe_scratch(const ms_moe *m, int64_t n)
 {
-    /* gathered inputs, FFN work, outputs per expert, all contributions, slots, union */
-    int64_t ffn = n * 3 * m->d_ff;
-    return n * m->d_model + ffn + n * m->d_model + n * m->top_k * m->d_model +
-           n * m->top_k + m->n_experts;
+    /* for up to n * top_k routed rows: gathered inputs, FFN work, outputs;
+     * then all contributions, slots, union */
+    int64_t rows = n * m->top_k;
+    return rows * m->d_model + rows * 3 * m->d_ff + rows * m->d_model +
+           n * m->top_k * m->d_model + n * m->top_k + m->n_experts;
 }
 
 /* The clipped SwiGLU of gpt_oss on gate_up rows (interleaved gate, up). */
@@ -202,31 +203,109 @@ static void oai_glu(const ms_moe *m, const float *H2, int rows, float *H)
     }
 }
 
-/* The FFN of one expert on rows X [rows][d_model] -> Y [rows][d_model]. */
-static void expert_ffn(const ms_moe *m, const ms_expert_lease *e, const float *X, int rows,
-                       float *work, float *Y)
+/* Experts computed together (at most GROUP_MAX): each with its lease and
+ * its rows [row0, row0 + rows) of the group's work areas. */
+#define GROUP_MAX 64
+
+typedef struct expert_run {
+    ms_expert_lease lease;
+    int64_t row0;
+    int rows;
+} expert_run;
+
+/* The FFNs of a group of experts on their rows of X [R][d_model] -> Y
+ * [R][d_model], R the group's rows; work: R * 3 * d_ff floats. Each phase's
+ * products go out in one dispatch (the up/gate projections of every
+ * expert, then every down projection): the same rows calls as one expert
+ * at a time, so the same bits, with no join between small products. */
+static void experts_ffn(const ms_moe *m, const expert_run *g, int ng, int64_t R, const float *X,
+                        float *work, float *Y)
 {
-    int64_t ff = m->d_ff;
+    int64_t ff = m->d_ff, d = m->d_model;
+    ms_matmul_job jobs[2 * GROUP_MAX] = {{0}};
+    int nj = 0;
     if (m->ffn == MS_FFN_SWIGLU) {
-        ms_mlp_apply(&e->mat[0], &e->mat[1], &e->mat[2], ff, X, rows, Y, work);
+        float *G = work, *U = G + R * ff, *H = U + R * ff;
+        for (int i = 0; i < ng; i++) {
+            const ms_mat *mat = g[i].lease.mat;
+            int64_t o = g[i].row0;
+            jobs[nj++] = (ms_matmul_job){.w = &mat[0], .X = X + o * d, .n = g[i].rows, .Y = G + o * ff};
+            jobs[nj++] = (ms_matmul_job){.w = &mat[1], .X = X + o * d, .n = g[i].rows, .Y = U + o * ff};
+        }
+        ms_matmul_many(jobs, nj);
+        for (int64_t k = 0; k < R * ff; k++)
+            H[k] = G[k] / (1.0f + expf(-G[k])) * U[k];
+        nj = 0;
+        for (int i = 0; i < ng; i++) {
+            int64_t o = g[i].row0;
+            jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[2], .X = H + o * ff, .n = g[i].rows,
+                                         .Y = Y + o * d};
+        }
+        ms_matmul_many(jobs, nj);
         return;
     }
-    float *H2 = work, *H = work + rows * 2 * ff;
-    ms_matmul(&e->mat[0], X, rows, H2);
-    ms_add_bias(H2, m->gate_up_bias + (int64_t)e->expert * 2 * ff, rows, 2 * ff);
-    oai_glu(m, H2, rows, H);
-    ms_matmul(&e->mat[1], H, rows, Y);
-    ms_add_bias(Y, m->down_bias + (int64_t)e->expert * m->d_model, rows, m->d_model);
+    float *H2 = work, *H = work + R * 2 * ff;
+    for (int i = 0; i < ng; i++) {
+        int64_t o = g[i].row0;
+        jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[0], .X = X + o * d, .n = g[i].rows,
+                                     .Y = H2 + o * 2 * ff};
+    }
+    ms_matmul_many(jobs, nj);
+    for (int i = 0; i < ng; i++) {
+        int64_t o = g[i].row0;
+        ms_add_bias(H2 + o * 2 * ff, m->gate_up_bias + (int64_t)g[i].lease.expert * 2 * ff,
+                    g[i].rows, 2 * ff);
+    }
+    oai_glu(m, H2, (int)R, H);
+    nj = 0;
+    for (int i = 0; i < ng; i++) {
+        int64_t o = g[i].row0;
+        jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[1], .X = H + o * ff, .n = g[i].rows,
+                                     .Y = Y + o * d};
+    }
+    ms_matmul_many(jobs, nj);
+    for (int i = 0; i < ng; i++)
+        ms_add_bias(Y + g[i].row0 * d, m->down_bias + (int64_t)g[i].lease.expert * d,
+                    g[i].rows, d);
+}
+
+/* Gathers the rows routed to run->lease.expert at row `row0` of X, noting
+ * their slots. */
+static void gather(const ms_moe *m, const float *x, int64_t n, const int32_t *ids,
+                   expert_run *run, int64_t row0, float *X, int32_t *slot)
+{
+    int64_t d = m->d_model, k = m->top_k;
+    run->row0 = row0;
+    run->rows = 0;
+    for (int64_t i = 0; i < n * k; i++)
+        if (ids[i] == run->lease.expert) {
+            slot[row0 + run->rows] = (int32_t)i;
+            memcpy(X + (row0 + run->rows) * d, x + (i / k) * d, (size_t)d * 4);
+            run->rows++;
+        }
+}
+
+/* Runs a group and scatters its outputs to their slots, then puts its
+ * leases back. */
+static void run_group(const ms_moe *m, ms_expert_store *st, expert_run *g, int ng, int64_t R,
+                      const float *X, float *work, float *Y, const int32_t *slot, float *contrib)
+{
+    int64_t d = m->d_model;
+    experts_ffn(m, g, ng, R, X, work, Y);
+    for (int64_t r = 0; r < R; r++)
+        memcpy(contrib + (int64_t)slot[r] * d, Y + r * d, (size_t)d * 4);
+    for (int i = 0; i < ng; i++)
+        ms_expert_put(st, &g[i].lease);
 }
 
 int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t n,
                    const int32_t *ids, const float *w, float *out, float *scratch,
                    ms_err *err)
 {
-    int64_t d = m->d_model, k = m->top_k;
-    float *X = scratch, *work = X + n * d, *Y = work + n * 3 * m->d_ff;
-    float *contrib = Y + n * d;           /* [n][k][d] */
-    int32_t *slot = (int32_t *)(contrib + n * k * d); /* [n*k] slots of the current expert */
+    int64_t d = m->d_model, k = m->top_k, R = n * k;
+    float *X = scratch, *work = X + R * d, *Y = work + R * 3 * m->d_ff;
+    float *contrib = Y + R * d;           /* [n][k][d] */
+    int32_t *slot = (int32_t *)(contrib + n * k * d); /* [n*k] slot of each gathered row */
     int32_t *uni = slot + n * k;          /* [n_experts] the union, ascending */
 
     int nu = 0;
@@ -238,24 +317,30 @@ int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t
             }
     if (nu && ms_expert_batch_begin(st, m->layer, uni, nu, err))
         return -1;
-    ms_expert_lease lease;
-    int rc = 0;
-    /* experts arrive in completion order; each writes only its own slots */
-    while (nu && (rc = ms_expert_batch_next(st, &lease, err)) == 1) {
-        int rows = 0;
-        for (int64_t i = 0; i < n * k; i++)
-            if (ids[i] == lease.expert) {
-                slot[rows] = (int32_t)i;
-                memcpy(X + rows * d, x + (i / k) * d, (size_t)d * 4);
-                rows++;
-            }
-        expert_ffn(m, &lease, X, rows, work, Y);
-        ms_expert_put(st, &lease);
-        for (int r = 0; r < rows; r++)
-            memcpy(contrib + (int64_t)slot[r] * d, Y + r * d, (size_t)d * 4);
+    /* experts arrive in completion order; each writes only its own slots.
+     * Where the store lets a batch's leases be held together (page cache:
+     * they are views of the mapping) the whole layer is one group, else
+     * each expert is a group of its own while the next one loads. */
+    int together = ms_expert_batch_holds_all(st);
+    expert_run g[GROUP_MAX];
+    int ng = 0, rc = 0;
+    int64_t rows = 0;
+    while (nu && (rc = ms_expert_batch_next(st, &g[ng].lease, err)) == 1) {
+        gather(m, x, n, ids, &g[ng], rows, X, slot);
+        rows += g[ng++].rows;
+        if (!together || ng == GROUP_MAX) {
+            run_group(m, st, g, ng, rows, X, work, Y, slot, contrib);
+            ng = 0;
+            rows = 0;
+        }
     }
-    if (rc < 0)
+    if (rc < 0) {
+        for (int i = 0; i < ng; i++)
+            ms_expert_put(st, &g[i].lease);
         return -1;
+    }
+    if (ng)
+        run_group(m, st, g, ng, rows, X, work, Y, slot, contrib);
     /* canonical top-k order: bit-identical whatever the completion order */
     for (int64_t t = 0; t < n; t++) {
         float *o = out + t * d;

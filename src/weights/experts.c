@@ -681,6 +681,11 @@ int ms_expert_batch_next(ms_expert_store *st, ms_expert_lease *out, ms_err *err)
     }
 }
 
+int ms_expert_batch_holds_all(const ms_expert_store *st)
+{
+    return st->policy == MS_EXPERTS_PAGECACHE;
+}
+
 void ms_expert_put(ms_expert_store *st, ms_expert_lease *lease)
 {
     if (lease->slot >= 0 && st->policy == MS_EXPERTS_CACHE) {

@@ -92,6 +92,10 @@ int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, in
 /* Next ready expert of the batch: 1 with *out filled, 0 when the batch is
  * exhausted, -1 on error (a failed read). */
 int ms_expert_batch_next(ms_expert_store *st, ms_expert_lease *out, ms_err *err);
+/* Whether a batch's leases may be held together, each put back after the
+ * last batch_next (page-cache policy: a lease is a view of the mapping);
+ * otherwise each is put back before the next call. */
+int ms_expert_batch_holds_all(const ms_expert_store *st);
 void ms_expert_put(ms_expert_store *st, ms_expert_lease *lease);
 
 /* One expert, waiting for it (tests and simple callers). */
