@@ -27,8 +27,7 @@
 #include <pthread.h>
 
 #include "kernels/internal.h"
-
-#define AI static inline __attribute__((always_inline))
+#include "kernels/x86_avx512_common.h"
 
 enum {
     BLOCK = 128,       /* columns per step */
@@ -38,15 +37,6 @@ enum {
     ROW_BLOCK = 32,    /* rows sharing a pass over the token groups */
     PREFETCH = 4096,   /* bytes ahead in a row's weights */
 };
-
-AI float hsum(__m512 v)
-{
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
 
 /* k (1..128) floats at x as 128 bf16 in column order, zero past k. */
 AI void to_bf16(const float *x, int k, __m512i out[4])
@@ -92,34 +82,6 @@ static void x_mxfp4(const float *x, int k, uint16_t *xb)
         __m512i hi = _mm512_permutex2var_epi16(n[2], ix, n[3]);
         _mm512_store_si512(xb + 32 * j, _mm512_mask_blend_epi16(0xFFFF0000u, lo, hi));
     }
-}
-
-/* The scales of a block's ng groups at sb, lane i taking group i / 4 (as
- * in x86_avx512.c). */
-AI __m512 mx_scales(const uint8_t *sb, int ng)
-{
-    uint32_t s4 = 0;
-    if (ng == 4)
-        memcpy(&s4, sb, 4);
-    else
-        for (int g = 0; g < ng; g++)
-            s4 |= (uint32_t)sb[g] << (8 * g);
-    const __m512i spread = _mm512_setr_epi32(
-        (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808001,
-        (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808002, (int)0x80808002,
-        (int)0x80808002, (int)0x80808002, (int)0x80808003, (int)0x80808003, (int)0x80808003,
-        (int)0x80808003);
-    __m512i b = _mm512_shuffle_epi8(_mm512_set1_epi32((int)s4), spread);
-    __m512i bits = _mm512_slli_epi32(b, 23);
-    uint32_t lo = s4 - 0x01010101u, hi = ~s4 - 0x01010101u;
-    if (__builtin_expect(((lo & ~s4) | (hi & s4)) & 0x80808080u, 0)) {
-        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
-                                     _mm512_set1_epi32(0x00400000));
-        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(255)),
-                                     _mm512_set1_epi32(0x7FC00000));
-        bits = _mm512_maskz_mov_epi32((__mmask16)((1u << (4 * ng)) - 1), bits);
-    }
-    return _mm512_castsi512_ps(bits);
 }
 
 /* Columns [c0, c1) of row r for nt tokens with bf16 x (panel relative) at

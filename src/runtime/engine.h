@@ -10,7 +10,7 @@
  * rewind (ms_session_truncate) that far without losing keys it still needs. */
 #define MS_REWIND_SLACK 256
 /* Positions per forward call (prompt blocks). */
-#define MS_MAX_BATCH 64
+#define MS_MAX_BATCH 256
 
 struct ms_engine {
     ms_checkpoint *ck;
