@@ -12,7 +12,10 @@
 #       qwen3-30b-a3b with 12 of its 48 layers (bf16, ~16 GB: the whole
 #       model does not fit this 24 GB machine) and deepseek-v3 with 4
 #       layers (FP8, ~17 GB).
-# Env: ROUNDS (3), PROMPT (64), N (32), THREADS ("2 1").
+# Env: ROUNDS (3), PROMPT (64), N (32), THREADS ("2 1"), BASE (another
+# moestream binary, e.g. an older build: each run of ./moestream is then
+# preceded by the same run of BASE, for an interleaved A/B; a BASE without
+# --floor prints no floor columns).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -39,31 +42,37 @@ fi
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-printf "| %-28s | thr | prefill tok/s | decode ms/tok | read GB/s | MB/token | floor ms | x floor |\n" model
+bins=(${BASE:-} ./moestream)
+printf "| %-28s | thr | prefill tok/s | decode ms/tok | read GB/s | MB/token | floor ms | x floor | binary\n" model
 printf "|%s|-----|---------------|---------------|-----------|----------|----------|---------|\n" "------------------------------"
 for m in "${models[@]}"; do
   cat "$m"/*.safetensors >/dev/null # warm the page cache
   for r in $(seq "$ROUNDS"); do
     for t in $THREADS; do
-      ./moestream bench "$m" --prompt "$PROMPT" -n "$N" --threads "$t" --floor 2>/dev/null |
-        awk -v m="$(basename "$m")" -v t="$t" -F'|' '
+     for b in "${bins[@]}"; do
+      floor=--floor
+      "$b" help 2>&1 | grep -q -- --floor || floor=
+      "$b" bench "$m" --prompt "$PROMPT" -n "$N" --threads "$t" $floor 2>/dev/null |
+        awk -v m="$(basename "$m")" -v t="$t" -v b="$b" -F'|' '
           /prefill, / { split($3, a, " "); pf = a[1] }
           /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
           /memory read stream/ { split($3, a, " "); bw = a[1] }
           /weight bytes read/ { split($3, a, " "); mb = a[1] }
           /decode floor/ { split($3, a, " "); fl = a[1]; x = $3; sub(/.*decode /, "", x); sub(/x floor.*/, "", x) }
-          END { printf "| %-28s | %3s | %13s | %13s | %9s | %8s | %8s | %7s |\n", m, t, pf, d, bw, mb, fl, x }' |
+          END { printf "| %-28s | %3s | %13s | %13s | %9s | %8s | %8s | %7s | %s\n", m, t, pf, d, bw, mb, fl, x, b }' |
         tee -a "$out"
+     done
     done
   done
 done
 echo
 echo "min / median / max of x floor and of decode ms/token:"
-awk -F'|' '{ k = $2 "|" $3; gsub(/ /, "", k); x[k] = x[k] " " $9; d[k] = d[k] " " $5 }
+awk -F'|' '{ k = $2 "|" $3 "|" $10; gsub(/ /, "", k); x[k] = x[k] " " $9; d[k] = d[k] " " $5 }
   END { for (k in x) print k, x[k], "#", d[k] }' "$out" | sort |
   while read -r k rest; do
     xs=$(echo "${rest%%#*}" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')
     ds=$(echo "${rest#*#}" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')
+    [ -n "$xs" ] || xs="- "
     set -- $xs; n=$#; xmin=$1; xmed=$(echo $xs | cut -d' ' -f$(( (n + 1) / 2 ))); xmax=${!n}
     set -- $ds; dmin=$1; dmed=$(echo $ds | cut -d' ' -f$(( (n + 1) / 2 ))); dmax=${!n}
     printf "  %-34s x floor %s / %s / %s   decode %s / %s / %s ms\n" "$k" "$xmin" "$xmed" "$xmax" "$dmin" "$dmed" "$dmax"

@@ -30,7 +30,7 @@
 #define COLS 4096
 #define BATCH 8
 #define ROUNDS 5
-#define N_TABLES 3
+#define N_TABLES 4
 
 static double now(void)
 {
@@ -157,7 +157,7 @@ static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const
 static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, times best,
                         const double *bw)
 {
-    printf("%-7s %-10s %3s | %9s %8s %7s | %-12s %8s\n", "table", "format", "thr",
+    printf("%-16s %-10s %3s | %9s %8s %7s | %-12s %8s\n", "table", "format", "thr",
            "mv GB/s", "GFLOP/s", "floor x", "mm n=8 GB/s", "GFLOP/s");
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         for (int k = 0; k < N_TABLES; k++) {
@@ -170,7 +170,7 @@ static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, tim
             double bytes = (double)ms_mat_bytes(&m), flops = 2.0 * (double)m.rows * COLS;
             for (int thr = 1; thr <= 2; thr++) {
                 double t = best[k][f][thr - 1][0], tb = best[k][f][thr - 1][1];
-                printf("%-7s %-10s %3d | %9.1f %8.1f %7.2f | ", tables[k]->name,
+                printf("%-16s %-10s %3d | %9.1f %8.1f %7.2f | ", tables[k]->name,
                        fmt_name((ms_wfmt)f), thr, bytes / t / 1e9, flops / t / 1e9,
                        t / (bytes / (bw[thr - 1] * 1e9)));
                 if (scalar)
@@ -197,8 +197,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < BATCH * COLS; i++)
         X[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
     const ms_kernel_ops *tables[N_TABLES] = {ms_kernels_scalar(), ms_kernels_avx2(),
-                                             ms_kernels_avx512()};
-    const char *names[N_TABLES] = {"scalar", "avx2", "avx512"};
+                                             ms_kernels_avx512(), ms_kernels_avx512_bf16()};
+    const char *names[N_TABLES] = {"scalar", "avx2", "avx512", "avx512-bf16-fast"};
     for (int k = 0; k < N_TABLES; k++)
         if (!tables[k])
             printf("skipped: the %s table (this CPU lacks its instructions)\n", names[k]);
