@@ -59,6 +59,22 @@ static inline float ms_e8m0_fast(uint8_t s)
     return ms_bits_f32(ms_e8m0_bits(s));
 }
 
+/* Bytes from a row's start to column c (c even for MXFP4), scales excluded. */
+static inline int64_t ms_col_bytes(ms_wfmt f, int64_t c)
+{
+    switch (f) {
+    case MS_WFMT_F32:
+        return 4 * c;
+    case MS_WFMT_BF16:
+    case MS_WFMT_F16:
+        return 2 * c;
+    case MS_WFMT_FP8_BLOCK:
+        return c;
+    default:
+        return c / 2;
+    }
+}
+
 /* FP8_BLOCK: index of the first scale of row r's block row; block bc of the
  * row has its scale at that index + bc. */
 static inline int64_t ms_fp8_scale_row(const ms_mat *w, int64_t r)

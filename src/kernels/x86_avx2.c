@@ -1,19 +1,9 @@
 /* The AVX2 op table (AVX2, FMA, F16C). Compiled with its own -m flags; the
  * dispatcher only calls into it once ms_kernels_avx2() said the CPU can.
- *
- * Accumulation scheme, the same for every (token, row) so that batching,
- * row ranges and thread counts never change a bit:
- *  - columns go in chunks of 16: lanes 0-7 FMA into acc0, 8-15 into acc1;
- *    a ragged last chunk is zero-filled (weights copied into a zeroed
- *    buffer, activations loaded masked);
- *  - scaled formats sum each scale block (FP8: block_cols, MXFP4: 32) into
- *    partials p0/p1, zeroed per block, then acc = fma(p, scale, acc);
- *  - the row result is hsum(acc0 + acc1) in a fixed tree.
- * Tokens share each decoded chunk in groups (4 for plain formats, 2 for
- * scaled ones, which need twice the registers), each in its own registers;
- * for a batch, columns go in panels whose accumulators wait in memory
- * between panels. Neither changes the operations a (token, row) sees, so
- * it gets the same bits alone or in a batch.
+ * This file supplies 256-bit primitives and decoders; the accumulation
+ * scheme is the shared skeleton of x86_rows.h (chunks of 16 columns). Tokens
+ * share each decoded chunk in groups of 4 for plain formats, 2 for scaled
+ * ones, which need twice the registers.
  *
  * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
  * 2^-8, widened by vcvtph2ps, NaN codes patched to a half NaN; the 2^8 is
@@ -44,22 +34,6 @@ typedef struct w16 {
 static float f16c_to_f32(uint16_t h)
 {
     return _cvtsh_ss(h);
-}
-
-/* Bytes from a row's start to column c (c even for MXFP4). */
-AI int64_t col_bytes(ms_wfmt f, int64_t c)
-{
-    switch (f) {
-    case MS_WFMT_F32:
-        return 4 * c;
-    case MS_WFMT_BF16:
-    case MS_WFMT_F16:
-        return 2 * c;
-    case MS_WFMT_FP8_BLOCK:
-        return c;
-    default:
-        return c / 2;
-    }
 }
 
 AI __m128i load128(const uint8_t *p)
@@ -131,7 +105,7 @@ AI w16 decode_part(ms_wfmt f, const uint8_t *p, int k)
 {
     uint8_t buf[64] = {0};
     /* MXFP4 is unreachable while cols % 32 == 0; round up to whole bytes. */
-    memcpy(buf, p, (size_t)col_bytes(f, k + (f == MS_WFMT_MXFP4 ? k % 2 : 0)));
+    memcpy(buf, p, (size_t)ms_col_bytes(f, k + (f == MS_WFMT_MXFP4 ? k % 2 : 0)));
     return decode(f, buf);
 }
 
@@ -142,33 +116,14 @@ AI __m256i lanes_below(int k, int first)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k - first), i);
 }
 
-/* Adds columns [c0, c1) of a row to a0/a1 for nt tokens. */
-AI void span(ms_wfmt f, int nt, const uint8_t *row, const float *const *x, int64_t c0,
-             int64_t c1, __m256 *a0, __m256 *a1)
-{
-    int64_t c = c0;
-    for (; c + CHUNK <= c1; c += CHUNK) {
-        /* The hardware prefetcher alone leaves single-thread bandwidth
-         * on the table; 2 KiB ahead measured best. */
-        _mm_prefetch((const char *)row + col_bytes(f, c) + PREFETCH, _MM_HINT_T0);
-        w16 w = decode(f, row + col_bytes(f, c));
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            a0[t] = _mm256_fmadd_ps(w.lo, _mm256_loadu_ps(x[t] + c), a0[t]);
-            a1[t] = _mm256_fmadd_ps(w.hi, _mm256_loadu_ps(x[t] + c + 8), a1[t]);
-        }
-    }
-    if (c < c1) {
-        int k = (int)(c1 - c);
-        __m256i m0 = lanes_below(k, 0), m1 = lanes_below(k, 8);
-        w16 w = decode_part(f, row + col_bytes(f, c), k);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            a0[t] = _mm256_fmadd_ps(w.lo, _mm256_maskload_ps(x[t] + c, m0), a0[t]);
-            a1[t] = _mm256_fmadd_ps(w.hi, _mm256_maskload_ps(x[t] + c + 8, m1), a1[t]);
-        }
-    }
-}
+#define XV __m256
+#define XW 8
+#define X_MAX_NT MAX_NT
+#define X_PREFETCH PREFETCH
+#define X_PANEL_X_BYTES PANEL_X_BYTES
+#define X_ROW_BLOCK ROW_BLOCK
+#define X_GROUP(f) ((f) == MS_WFMT_FP8_BLOCK || (f) == MS_WFMT_MXFP4 ? MAX_NT_SCALED : MAX_NT)
+typedef w16 xw2;
 
 AI float hsum(__m256 v)
 {
@@ -178,128 +133,31 @@ AI float hsum(__m256 v)
     return _mm_cvtss_f32(b);
 }
 
-/* Scaled formats, columns [c0, c1) (c0 on a block boundary): each block
- * (FP8: block_cols, MXFP4: 32 columns) summed into partials, then folded
- * in with its scale, which carries the decodes' factors: 2^8 for FP8, 1/2
- * for MXFP4's doubled values (both exact). */
-AI void scaled_blocks(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint8_t *row,
-                      const float *const *x, int64_t c0, int64_t c1, __m256 *a0, __m256 *a1)
+AI __m256 xv_zero(void) { return _mm256_setzero_ps(); }
+AI __m256 xv_fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+AI __m256 xv_add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+AI __m256 xv_set1(float f) { return _mm256_set1_ps(f); }
+AI __m256 xv_loadu(const float *p) { return _mm256_loadu_ps(p); }
+AI __m256 xv_load_below(const float *p, int k) { return _mm256_maskload_ps(p, lanes_below(k, 0)); }
+AI float xv_hsum(__m256 v) { return hsum(v); }
+AI w16 x_decode(ms_wfmt f, const uint8_t *p) { return decode(f, p); }
+AI w16 x_decode_part(ms_wfmt f, const uint8_t *p, int k) { return decode_part(f, p, k); }
+
+/* The scale with the decodes' factors: 2^8 for FP8, 1/2 for MXFP4's doubled
+ * values (both exact). */
+AI float x_scale(ms_wfmt f, const ms_mat *w, int64_t i)
 {
-    int64_t bc = f == MS_WFMT_MXFP4 ? 32 : w->block_cols;
-    int64_t s0 = f == MS_WFMT_MXFP4 ? r * (w->cols / 32) : ms_fp8_scale_row(w, r);
-    for (int64_t c = c0; c < c1; c += bc) {
-        __m256 p0[MAX_NT], p1[MAX_NT];
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            p0[t] = p1[t] = _mm256_setzero_ps();
-        span(f, nt, row, x, c, c + bc < c1 ? c + bc : c1, p0, p1);
-        float sf = f == MS_WFMT_MXFP4
-                       ? ms_e8m0_fast(((const uint8_t *)w->scale)[s0 + c / bc]) * 0.5f
-                       : ms_fp8_scale_at(w, s0 + c / bc, f16c_to_f32) * 256.0f;
-        __m256 s = _mm256_set1_ps(sf);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            a0[t] = _mm256_fmadd_ps(p0[t], s, a0[t]);
-            a1[t] = _mm256_fmadd_ps(p1[t], s, a1[t]);
-        }
-    }
+    return f == MS_WFMT_MXFP4 ? ms_e8m0_fast(((const uint8_t *)w->scale)[i]) * 0.5f
+                              : ms_fp8_scale_at(w, i, f16c_to_f32) * 256.0f;
 }
 
-/* The accumulators of one (token, row), kept in memory between panels;
- * storing and reloading them changes no bit. */
-typedef struct acc2 {
-    __m256 a0, a1;
-} acc2;
+#include "kernels/x86_rows.h"
 
-/* Adds columns [c0, c1) of row r to st[0..nt) (c0 on a chunk or block
- * boundary), in the order a whole-row pass would. */
-AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
-                  int64_t c0, int64_t c1, acc2 *st)
-{
-    const uint8_t *row = (const uint8_t *)w->w + col_bytes(f, w->cols) * r;
-    __m256 a0[MAX_NT], a1[MAX_NT];
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        a0[t] = st[t].a0;
-        a1[t] = st[t].a1;
-    }
-    if (f == MS_WFMT_FP8_BLOCK || f == MS_WFMT_MXFP4)
-        scaled_blocks(f, nt, w, r, row, x, c0, c1, a0, a1);
-    else
-        span(f, nt, row, x, c0, c1, a0, a1);
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        st[t].a0 = a0[t];
-        st[t].a1 = a1[t];
-    }
-}
-
-AI void row_panel_n(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
-                    int64_t c0, int64_t c1, acc2 *st)
-{
-    switch (nt) {
-    case 1: row_panel(f, 1, w, r, x, c0, c1, st); break;
-    case 2: row_panel(f, 2, w, r, x, c0, c1, st); break;
-    case 3: row_panel(f, 3, w, r, x, c0, c1, st); break;
-    default: row_panel(f, 4, w, r, x, c0, c1, st); break;
-    }
-}
-
-/* Columns per panel: whole rows for one token (x stays in L1 anyway and
- * the weight stream stays sequential); for a batch, panels whose x for a
- * token group fits L1, since streaming x from L2 for every row was the
- * bottleneck. A multiple of the format's block so no block straddles. */
-AI int64_t panel_cols(ms_wfmt f, const ms_mat *w, int n, int group)
-{
-    int64_t unit = f == MS_WFMT_FP8_BLOCK ? w->block_cols : f == MS_WFMT_MXFP4 ? 32 : CHUNK;
-    int64_t p = n == 1 ? w->cols : ms_ceil_div(PANEL_X_BYTES / (4 * group), unit) * unit;
-    return p < w->cols ? p : w->cols;
-}
-
-/* Rows in blocks whose weights stay in L2 across token groups; within a
- * block, tokens in groups (4 for plain formats, 2 for scaled ones, which
- * need twice the registers) sharing each decoded chunk; columns in panels.
- * Every (token, row) still sees its chunks in column order. */
-AI void rows_generic(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t ldx,
-                     float *Y, int64_t ldy, int64_t r0, int64_t r1)
-{
-    const int group = f == MS_WFMT_FP8_BLOCK || f == MS_WFMT_MXFP4 ? MAX_NT_SCALED : MAX_NT;
-    int64_t panel = panel_cols(f, w, n, group);
-    for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
-        int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
-        for (int t0 = 0; t0 < n; t0 += group) {
-            int nt = n - t0 < group ? n - t0 : group;
-            const float *x[MAX_NT];
-            acc2 st[ROW_BLOCK][MAX_NT];
-            for (int t = 0; t < nt; t++)
-                x[t] = X + (t0 + t) * ldx;
-            for (int64_t r = rb; r < re; r++)
-                for (int t = 0; t < nt; t++)
-                    st[r - rb][t].a0 = st[r - rb][t].a1 = _mm256_setzero_ps();
-            for (int64_t c0 = 0; c0 < w->cols; c0 += panel)
-                for (int64_t r = rb; r < re; r++)
-                    row_panel_n(f, nt, w, r, x, c0, c0 + panel < w->cols ? c0 + panel : w->cols,
-                                st[r - rb]);
-            for (int64_t r = rb; r < re; r++)
-                for (int t = 0; t < nt; t++)
-                    Y[(t0 + t) * ldy + r] = hsum(_mm256_add_ps(st[r - rb][t].a0,
-                                                               st[r - rb][t].a1));
-        }
-    }
-}
-
-#define MS_AVX2_ROWS(name, fmt)                                                        \
-    static void rows_##name(const ms_mat *w, const float *X, int n, int64_t ldx,       \
-                            float *Y, int64_t ldy, int64_t r0, int64_t r1)             \
-    {                                                                                  \
-        rows_generic(fmt, w, X, n, ldx, Y, ldy, r0, r1);                               \
-    }
-MS_AVX2_ROWS(f32, MS_WFMT_F32)
-MS_AVX2_ROWS(bf16, MS_WFMT_BF16)
-MS_AVX2_ROWS(f16, MS_WFMT_F16)
-MS_AVX2_ROWS(fp8, MS_WFMT_FP8_BLOCK)
-MS_AVX2_ROWS(mxfp4, MS_WFMT_MXFP4)
-#undef MS_AVX2_ROWS
+X_ROWS(f32, MS_WFMT_F32)
+X_ROWS(bf16, MS_WFMT_BF16)
+X_ROWS(f16, MS_WFMT_F16)
+X_ROWS(fp8, MS_WFMT_FP8_BLOCK)
+X_ROWS(mxfp4, MS_WFMT_MXFP4)
 
 /* Same scheme as a row: two accumulators over chunks of 16, masked tail. */
 static float dot_avx2(const float *a, const float *b, int64_t n)

@@ -1,26 +1,19 @@
 /* The AVX-512 op table (F, BW, VL, DQ). Compiled with its own -m flags; the
  * dispatcher only calls into it once ms_kernels_avx512() said the CPU can.
  *
- * Accumulation scheme, the same for every (token, row) so that batching,
- * row ranges and thread counts never change a bit:
- *  - columns go in chunks of 32: lanes 0-15 FMA into acc0, 16-31 into acc1;
- *    a ragged last chunk is loaded masked, i.e. zero-filled;
- *  - FP8_BLOCK sums each scale block into partials p0/p1 (zeroed per
- *    block), then acc = fma(p, scale, acc);
- *  - MXFP4 multiplies its 16-entry value table by the group's power-of-two
- *    scale (exact), so the decoded weights come scaled;
- *  - the row result is hsum(acc0 + acc1) in a fixed tree.
- * Up to 4 tokens share each decoded chunk, each in its own registers; for
- * a batch, columns go in panels whose accumulators wait in memory between
- * panels. Neither changes the operations a (token, row) sees, so it gets
- * the same bits alone or in a batch.
+ * F32, BF16, F16 and FP8 run the shared skeleton of x86_rows.h (chunks of
+ * 32 columns, up to 4 tokens sharing each decoded chunk) over this file's
+ * 512-bit primitives and decoders; MXFP4 runs its own lane-order loop
+ * (below), which needs no byte shuffles.
  *
  * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
  * 2^-8 (subnormals included), widened by vcvtph2ps, NaN codes patched to a
  * half NaN, and the 2^8 folded into the block scale (exact for scales below
- * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpermps of
- * the 16 E2M1 values, the table pre-multiplied by the group's power-of-two
- * scale (exact; 6 * 2^127 overflows to inf exactly as in ms_mat_get). */
+ * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4 (the skeleton's
+ * decode, for completeness): vpermps of the 16 E2M1 values; the lane-order
+ * loop looks them up the same way and scales per-lane partial sums by the
+ * groups' powers of two (exact; 6 * 2^127 overflows to inf as in
+ * ms_mat_get). */
 #include <immintrin.h>
 
 #include "kernels/internal.h"
@@ -43,22 +36,6 @@ typedef struct w32 {
 static float f16c_to_f32(uint16_t h)
 {
     return _cvtsh_ss(h);
-}
-
-/* Bytes from a row's start to column c (c even for MXFP4). */
-AI int64_t col_bytes(ms_wfmt f, int64_t c)
-{
-    switch (f) {
-    case MS_WFMT_F32:
-        return 4 * c;
-    case MS_WFMT_BF16:
-    case MS_WFMT_F16:
-        return 2 * c;
-    case MS_WFMT_FP8_BLOCK:
-        return c;
-    default:
-        return c / 2;
-    }
 }
 
 AI __m512 bf16x16(__m256i h)
@@ -103,8 +80,8 @@ AI w32 mxfp4x32(const uint8_t *p, __m512 s)
     return w;
 }
 
-/* Decodes the full chunk at p; s is the MXFP4 group scale. */
-AI w32 decode(ms_wfmt f, const uint8_t *p, __m512 s)
+/* Decodes the full chunk at p (MXFP4 unscaled: its scale is the block's). */
+AI w32 decode(ms_wfmt f, const uint8_t *p)
 {
     w32 w;
     switch (f) {
@@ -123,13 +100,13 @@ AI w32 decode(ms_wfmt f, const uint8_t *p, __m512 s)
     case MS_WFMT_FP8_BLOCK:
         return fp8x32(_mm256_loadu_si256((const __m256i *)p));
     default:
-        return mxfp4x32(p, s);
+        return mxfp4x32(p, _mm512_set1_ps(1.0f));
     }
 }
 
 /* Decodes the first k (1..31) columns of the chunk at p with masked loads:
  * the other lanes read as zero and never touch memory. */
-AI w32 decode_part(ms_wfmt f, const uint8_t *p, int k, __m512 s)
+AI w32 decode_part(ms_wfmt f, const uint8_t *p, int k)
 {
     __mmask32 m = (__mmask32)((1ull << k) - 1);
     __mmask16 m0 = (__mmask16)m, m1 = (__mmask16)(m >> 16);
@@ -153,172 +130,47 @@ AI w32 decode_part(ms_wfmt f, const uint8_t *p, int k, __m512 s)
         /* Unreachable while cols % 32 == 0; byte j holds columns 2j, 2j+1. */
         uint8_t buf[16] = {0};
         memcpy(buf, p, (size_t)(k + 1) / 2);
-        return mxfp4x32(buf, s);
+        return mxfp4x32(buf, _mm512_set1_ps(1.0f));
     }
     }
 }
 
-/* Adds columns [c0, c1) of a row to a0/a1 for nt tokens (MXFP4: times its
- * group scale s). */
-AI void span(ms_wfmt f, int nt, const uint8_t *row, const float *const *x, int64_t c0,
-             int64_t c1, __m512 s, __m512 *a0, __m512 *a1)
+#define XV __m512
+#define XW 16
+#define X_MAX_NT MAX_NT
+#define X_PREFETCH PREFETCH
+#define X_PANEL_X_BYTES PANEL_X_BYTES
+#define X_ROW_BLOCK ROW_BLOCK
+#define X_GROUP(f) MAX_NT
+typedef w32 xw2;
+
+AI __m512 xv_zero(void) { return _mm512_setzero_ps(); }
+AI __m512 xv_fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+AI __m512 xv_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+AI __m512 xv_set1(float f) { return _mm512_set1_ps(f); }
+AI __m512 xv_loadu(const float *p) { return _mm512_loadu_ps(p); }
+AI __m512 xv_load_below(const float *p, int k)
 {
-    int64_t c = c0;
-    for (; c + CHUNK <= c1; c += CHUNK) {
-        /* The hardware prefetcher alone leaves single-thread bandwidth
-         * on the table; 2 KiB ahead measured best. */
-        _mm_prefetch((const char *)row + col_bytes(f, c) + PREFETCH, _MM_HINT_T0);
-        w32 w = decode(f, row + col_bytes(f, c), s);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            a0[t] = _mm512_fmadd_ps(w.lo, _mm512_loadu_ps(x[t] + c), a0[t]);
-            a1[t] = _mm512_fmadd_ps(w.hi, _mm512_loadu_ps(x[t] + c + 16), a1[t]);
-        }
-    }
-    if (c < c1) {
-        int k = (int)(c1 - c);
-        __mmask32 m = (__mmask32)((1ull << k) - 1);
-        w32 w = decode_part(f, row + col_bytes(f, c), k, s);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            __m512 x0 = _mm512_maskz_loadu_ps((__mmask16)m, x[t] + c);
-            __m512 x1 = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), x[t] + c + 16);
-            a0[t] = _mm512_fmadd_ps(w.lo, x0, a0[t]);
-            a1[t] = _mm512_fmadd_ps(w.hi, x1, a1[t]);
-        }
-    }
+    __mmask16 m = k >= 16 ? 0xFFFF : k <= 0 ? 0 : (__mmask16)((1u << k) - 1);
+    return _mm512_maskz_loadu_ps(m, p);
 }
+AI float xv_hsum(__m512 v) { return hsum(v); }
+AI w32 x_decode(ms_wfmt f, const uint8_t *p) { return decode(f, p); }
+AI w32 x_decode_part(ms_wfmt f, const uint8_t *p, int k) { return decode_part(f, p, k); }
 
-/* FP8_BLOCK, columns [c0, c1) (c0 on a block boundary): each block summed
- * into partials, then folded in with its scale times 2^8 (undoing the
- * decode's 2^-8). */
-AI void fp8_blocks(int nt, const ms_mat *w, int64_t r, const uint8_t *row,
-                   const float *const *x, int64_t c0, int64_t c1, __m512 *a0, __m512 *a1)
+/* The scale with the decode's factor: 2^8 for FP8 (exact). */
+AI float x_scale(ms_wfmt f, const ms_mat *w, int64_t i)
 {
-    int64_t bc = w->block_cols, s0 = ms_fp8_scale_row(w, r);
-    for (int64_t c = c0; c < c1; c += bc) {
-        __m512 p0[MAX_NT], p1[MAX_NT];
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            p0[t] = p1[t] = _mm512_setzero_ps();
-        span(MS_WFMT_FP8_BLOCK, nt, row, x, c, c + bc < c1 ? c + bc : c1, _mm512_setzero_ps(),
-             p0, p1);
-        __m512 s = _mm512_set1_ps(ms_fp8_scale_at(w, s0 + c / bc, f16c_to_f32) * 256.0f);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            a0[t] = _mm512_fmadd_ps(p0[t], s, a0[t]);
-            a1[t] = _mm512_fmadd_ps(p1[t], s, a1[t]);
-        }
-    }
+    return f == MS_WFMT_MXFP4 ? ms_e8m0_fast(((const uint8_t *)w->scale)[i])
+                              : ms_fp8_scale_at(w, i, f16c_to_f32) * 256.0f;
 }
 
-/* MXFP4, columns [c0, c1): each group of 32 is one chunk, decoded already
- * scaled; the scale is broadcast straight from the e8m0 table (a load, no
- * shuffle). */
-AI void mxfp4_groups(int nt, const ms_mat *w, int64_t r, const uint8_t *row,
-                     const float *const *x, int64_t c0, int64_t c1, __m512 *a0, __m512 *a1)
-{
-    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
-    for (int64_t c = c0; c < c1; c += 32, sb++) {
-        __m512 s = _mm512_castsi512_ps(_mm512_set1_epi32((int)ms_e8m0_bits(*sb)));
-        span(MS_WFMT_MXFP4, nt, row, x, c, c + 32, s, a0, a1);
-    }
-}
+#include "kernels/x86_rows.h"
 
-/* The accumulators of one (token, row), kept in memory between panels;
- * storing and reloading them changes no bit. */
-typedef struct acc2 {
-    __m512 a0, a1;
-} acc2;
-
-/* Adds columns [c0, c1) of row r to st[0..nt) (c0 on a chunk, block or
- * group boundary), in the order a whole-row pass would. */
-AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
-                  int64_t c0, int64_t c1, acc2 *st)
-{
-    const uint8_t *row = (const uint8_t *)w->w + col_bytes(f, w->cols) * r;
-    __m512 a0[MAX_NT], a1[MAX_NT];
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        a0[t] = st[t].a0;
-        a1[t] = st[t].a1;
-    }
-    if (f == MS_WFMT_FP8_BLOCK)
-        fp8_blocks(nt, w, r, row, x, c0, c1, a0, a1);
-    else if (f == MS_WFMT_MXFP4)
-        mxfp4_groups(nt, w, r, row, x, c0, c1, a0, a1);
-    else
-        span(f, nt, row, x, c0, c1, _mm512_setzero_ps(), a0, a1);
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        st[t].a0 = a0[t];
-        st[t].a1 = a1[t];
-    }
-}
-
-AI void row_panel_n(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
-                    int64_t c0, int64_t c1, acc2 *st)
-{
-    switch (nt) {
-    case 1: row_panel(f, 1, w, r, x, c0, c1, st); break;
-    case 2: row_panel(f, 2, w, r, x, c0, c1, st); break;
-    case 3: row_panel(f, 3, w, r, x, c0, c1, st); break;
-    default: row_panel(f, 4, w, r, x, c0, c1, st); break;
-    }
-}
-
-/* Columns per panel: whole rows for one token (x stays in L1 anyway and
- * the weight stream stays sequential); for a batch, panels whose x for 4
- * tokens fits L1, since streaming x from L2 for every row was the
- * bottleneck. A multiple of the format's block so no block straddles. */
-AI int64_t panel_cols(ms_wfmt f, const ms_mat *w, int n)
-{
-    int64_t unit = f == MS_WFMT_FP8_BLOCK ? w->block_cols : CHUNK;
-    int64_t p = n == 1 ? w->cols : ms_ceil_div(PANEL_X_BYTES / (4 * MAX_NT), unit) * unit;
-    return p < w->cols ? p : w->cols;
-}
-
-/* Rows in blocks whose weights stay in L2 across token groups; within a
- * block, tokens in groups of up to 4 sharing each decoded chunk; columns
- * in panels. Every (token, row) still sees its chunks in column order. */
-AI void rows_generic(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t ldx,
-                     float *Y, int64_t ldy, int64_t r0, int64_t r1)
-{
-    int64_t panel = panel_cols(f, w, n);
-    for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
-        int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
-        for (int t0 = 0; t0 < n; t0 += MAX_NT) {
-            int nt = n - t0 < MAX_NT ? n - t0 : MAX_NT;
-            const float *x[MAX_NT];
-            acc2 st[ROW_BLOCK][MAX_NT];
-            for (int t = 0; t < nt; t++)
-                x[t] = X + (t0 + t) * ldx;
-            for (int64_t r = rb; r < re; r++)
-                for (int t = 0; t < nt; t++)
-                    st[r - rb][t].a0 = st[r - rb][t].a1 = _mm512_setzero_ps();
-            for (int64_t c0 = 0; c0 < w->cols; c0 += panel)
-                for (int64_t r = rb; r < re; r++)
-                    row_panel_n(f, nt, w, r, x, c0, c0 + panel < w->cols ? c0 + panel : w->cols,
-                                st[r - rb]);
-            for (int64_t r = rb; r < re; r++)
-                for (int t = 0; t < nt; t++)
-                    Y[(t0 + t) * ldy + r] = hsum(_mm512_add_ps(st[r - rb][t].a0,
-                                                               st[r - rb][t].a1));
-        }
-    }
-}
-
-#define MS_AVX512_ROWS(name, fmt)                                                      \
-    static void rows_##name(const ms_mat *w, const float *X, int n, int64_t ldx,       \
-                            float *Y, int64_t ldy, int64_t r0, int64_t r1)             \
-    {                                                                                  \
-        rows_generic(fmt, w, X, n, ldx, Y, ldy, r0, r1);                               \
-    }
-MS_AVX512_ROWS(f32, MS_WFMT_F32)
-MS_AVX512_ROWS(bf16, MS_WFMT_BF16)
-MS_AVX512_ROWS(f16, MS_WFMT_F16)
-MS_AVX512_ROWS(fp8, MS_WFMT_FP8_BLOCK)
-#undef MS_AVX512_ROWS
+X_ROWS(f32, MS_WFMT_F32)
+X_ROWS(bf16, MS_WFMT_BF16)
+X_ROWS(f16, MS_WFMT_F16)
+X_ROWS(fp8, MS_WFMT_FP8_BLOCK)
 
 /* ---- MXFP4 in lane order ------------------------------------------------
  * A 64-byte load holds 128 columns (four groups of 32): dword lane i holds
