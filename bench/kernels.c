@@ -86,8 +86,7 @@ static void fill(ms_wfmt fmt, uint8_t *w, size_t wbytes, uint8_t *scale, size_t 
 
 static const char *fmt_name(ms_wfmt f)
 {
-    static const char *names[MS_WFMT_COUNT] = {"f32", "bf16", "f16", "fp8_block", "mxfp4"};
-    return names[f];
+    return ms_wfmt_info[f].name;
 }
 
 /* One matrix per format over its own buffer, each of `bytes` weight bytes. */

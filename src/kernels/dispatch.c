@@ -72,27 +72,18 @@ const char *ms_kernel_path(void)
 /* Bytes of one row of weights, scales excluded. */
 static int64_t row_bytes(const ms_mat *w)
 {
-    switch (w->fmt) {
-    case MS_WFMT_F32:
-        return 4 * w->cols;
-    case MS_WFMT_BF16:
-    case MS_WFMT_F16:
-        return 2 * w->cols;
-    case MS_WFMT_FP8_BLOCK:
-        return w->cols;
-    default:
-        return w->cols / 2;
-    }
+    return w->cols * ms_wfmt_info[w->fmt].bits / 8;
 }
 
 int64_t ms_mat_bytes(const ms_mat *w)
 {
     int64_t bytes = w->rows * row_bytes(w);
-    if (w->fmt == MS_WFMT_FP8_BLOCK)
+    const ms_wfmt_traits *t = &ms_wfmt_info[w->fmt];
+    if (t->scale == MS_SCALE_BLOCK)
         bytes += ms_ceil_div(w->rows, w->block_rows) * ms_ceil_div(w->cols, w->block_cols) *
                  ms_dtype_size(w->scale_dtype);
-    else if (w->fmt == MS_WFMT_MXFP4)
-        bytes += w->rows * (w->cols / 32);
+    else if (t->scale == MS_SCALE_GROUP)
+        bytes += w->rows * (w->cols / t->group); /* one e8m0 byte per group */
     return bytes;
 }
 

@@ -62,17 +62,7 @@ static inline float ms_e8m0_fast(uint8_t s)
 /* Bytes from a row's start to column c (c even for MXFP4), scales excluded. */
 static inline int64_t ms_col_bytes(ms_wfmt f, int64_t c)
 {
-    switch (f) {
-    case MS_WFMT_F32:
-        return 4 * c;
-    case MS_WFMT_BF16:
-    case MS_WFMT_F16:
-        return 2 * c;
-    case MS_WFMT_FP8_BLOCK:
-        return c;
-    default:
-        return c / 2;
-    }
+    return c * ms_wfmt_info[f].bits / 8;
 }
 
 /* FP8_BLOCK: index of the first scale of row r's block row; block bc of the

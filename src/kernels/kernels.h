@@ -32,6 +32,31 @@ typedef enum ms_wfmt {
     MS_WFMT_COUNT
 } ms_wfmt;
 
+/* What every layer above the ISA files needs to know about a format. Each
+ * ISA file supplies only the decoders (and x86_rows.h the loop). */
+typedef enum ms_scale_kind {
+    MS_SCALE_NONE = 0,
+    MS_SCALE_BLOCK,   /* a 2-D block of block_rows x block_cols shares one scale */
+    MS_SCALE_GROUP,   /* `group` consecutive columns of a row share one e8m0 */
+} ms_scale_kind;
+
+typedef struct ms_wfmt_traits {
+    const char *name;
+    int bits;            /* per weight, scales excluded */
+    int group;           /* MS_SCALE_GROUP: columns per scale (cols % group == 0) */
+    ms_scale_kind scale;
+} ms_wfmt_traits;
+
+/* static const: each file gets a copy the compiler folds where the format
+ * is a constant (the kernels' inner loops). */
+static const ms_wfmt_traits ms_wfmt_info[MS_WFMT_COUNT] = {
+    [MS_WFMT_F32] = {"f32", 32, 0, MS_SCALE_NONE},
+    [MS_WFMT_BF16] = {"bf16", 16, 0, MS_SCALE_NONE},
+    [MS_WFMT_F16] = {"f16", 16, 0, MS_SCALE_NONE},
+    [MS_WFMT_FP8_BLOCK] = {"fp8_block", 8, 0, MS_SCALE_BLOCK},
+    [MS_WFMT_MXFP4] = {"mxfp4", 4, 32, MS_SCALE_GROUP},
+};
+
 typedef struct ms_mat {
     ms_wfmt fmt;
     int64_t rows, cols;

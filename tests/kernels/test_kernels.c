@@ -283,8 +283,7 @@ static int n_tables;
 
 static const char *fmt_name(ms_wfmt f)
 {
-    static const char *names[MS_WFMT_COUNT] = {"f32", "bf16", "f16", "fp8_block", "mxfp4"};
-    return names[f];
+    return ms_wfmt_info[f].name;
 }
 
 /* Shapes per format: odd rows (and more than a 32-row block), cols off
