@@ -52,5 +52,9 @@ out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --temp -1 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--temp expects a number" && pass bad_flag_value || fail bad_flag_value "rc=$rc $out"
 out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --threads 65 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--threads expects an integer in \[1, 64\]" && pass threads_over_64_refused || fail threads_over_64_refused "rc=$rc $out"
+out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --precision fastest 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--precision expects exact or fast, got "fastest"' && pass precision_value_refused || fail precision_value_refused "rc=$rc $out"
+out=$("$BIN" bench "$FIX" --precision 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--precision needs a value" && pass bench_precision_needs_value || fail bench_precision_needs_value "rc=$rc $out"
 
 [ "$fails" -eq 0 ]
