@@ -157,7 +157,158 @@ X_ROWS(f32, MS_WFMT_F32)
 X_ROWS(bf16, MS_WFMT_BF16)
 X_ROWS(f16, MS_WFMT_F16)
 X_ROWS(fp8, MS_WFMT_FP8_BLOCK)
-X_ROWS(mxfp4, MS_WFMT_MXFP4)
+
+
+/* ---- MXFP4 in lane order ---------------------------------------------------
+ * As in x86_avx512.c, at half the width: a 32-byte load is 64 columns,
+ * column 8i+j in nibble j of dword i. Shifting right by 4j and vpermps
+ * (which reads 3 index bits) look up the magnitude; the nibble's sign bit,
+ * shifted to bit 31, is or-ed in. One shuffle per 8 weights instead of
+ * five per 16 (vpshufb, unpack, two widenings). x is transposed once per
+ * call to match (an 8x8 transpose per 64 columns); lane i belongs to group
+ * i / 4, so the two groups' scales multiply the block's per-lane partial
+ * sums (powers of two: exact). Panels of LO_PANEL columns, each reduced by
+ * the fixed tree and added in order, and token groups of 2 (the 16 ymm
+ * registers) do not depend on the batch. */
+enum { LO_BLOCK = 64, LO_PANEL = 1024, LO_XBUF = 32 << 10, LO_ROW_BLOCK = 32, LO_NT = 2 };
+
+/* xp[8j + i] = x[8i + j] for one block of k (32 or 64) columns, zero past k. */
+AI void lo_transpose(const float *x, int k, float *xp)
+{
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_maskload_ps(x + 8 * i, lanes_below(k - 8 * i, 0));
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        _mm256_store_ps(xp + 8 * j, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+        _mm256_store_ps(xp + 8 * (j + 4), _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+    }
+}
+
+/* Columns [c0, c1) of row r for nt tokens with transposed x (panel relative)
+ * at xp[t]; the panel's sums to out[t]. */
+AI void lo_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
+                     int64_t c1, float *out)
+{
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r;
+    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32);
+    __m256 a0[LO_NT], a1[LO_NT];
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = _mm256_setzero_ps();
+    for (int64_t c = c0; c < c1; c += LO_BLOCK) {
+        int two = c1 - c >= LO_BLOCK; /* groups in this block: 2, or 1 at a ragged end */
+        _mm_prefetch((const char *)row + c / 2 + PREFETCH, _MM_HINT_T0);
+        __m256i q = two ? _mm256_loadu_si256((const __m256i *)(row + c / 2))
+                        : _mm256_maskload_epi32((const int *)(row + c / 2), lanes_below(4, 0));
+        __m256 s = _mm256_setr_m128(_mm_set1_ps(ms_e8m0_fast(sb[c / 32])),
+                                    _mm_set1_ps(two ? ms_e8m0_fast(sb[c / 32 + 1]) : 0.0f));
+        __m256 p0[LO_NT], p1[LO_NT];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256i qj = _mm256_srli_epi32(q, 4 * j);
+            __m256 v = _mm256_permutevar8x32_ps(mag, qj);
+            __m256i sg = _mm256_and_si256(_mm256_slli_epi32(qj, 28), sign);
+            v = _mm256_or_ps(v, _mm256_castsi256_ps(sg));
+            for (int t = 0; t < nt; t++) {
+                __m256 xv = _mm256_load_ps(xp[t] + (c - c0) + 8 * j);
+                if (j < 2)
+                    (j ? p1 : p0)[t] = _mm256_mul_ps(v, xv);
+                else if (j % 2)
+                    p1[t] = _mm256_fmadd_ps(v, xv, p1[t]);
+                else
+                    p0[t] = _mm256_fmadd_ps(v, xv, p0[t]);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm256_fmadd_ps(p0[t], s, a0[t]);
+            a1[t] = _mm256_fmadd_ps(p1[t], s, a1[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        out[t] = hsum(_mm256_add_ps(a0[t], a1[t]));
+}
+
+/* Rows [r0, r1) over columns [cb, ce), panels added in order. */
+#define LO_ROWS_NT(nt)                                                                   \
+    __attribute__((noinline)) static void lo_rows_##nt(                                 \
+        const ms_mat *w, int64_t r0, int64_t r1, const float *const *xp, int64_t cb,     \
+        int64_t ce, float *Y, int64_t ldy)                                              \
+    {                                                                                    \
+        for (int64_t r = r0; r < r1; r++) {                                              \
+            float y[LO_NT] = {0}, out[LO_NT];                                            \
+            for (int64_t c0 = cb; c0 < ce; c0 += LO_PANEL) {                             \
+                const float *xq[LO_NT];                                                  \
+                for (int t = 0; t < nt; t++)                                             \
+                    xq[t] = xp[t] + (c0 - cb);                                           \
+                lo_row_panel(nt, w, r, xq, c0, c0 + LO_PANEL < ce ? c0 + LO_PANEL : ce,  \
+                             out);                                                       \
+                for (int t = 0; t < nt; t++)                                             \
+                    y[t] = c0 > cb ? y[t] + out[t]                                       \
+                           : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];                  \
+            }                                                                            \
+            for (int t = 0; t < nt; t++)                                                 \
+                Y[t * ldy + r] = y[t];                                                   \
+        }                                                                                \
+    }
+LO_ROWS_NT(1)
+LO_ROWS_NT(2)
+#undef LO_ROWS_NT
+
+static void lo_transpose_rows(const float *X, int nt, int64_t ldx, int64_t c0, int64_t c1,
+                              float *out, int64_t stride)
+{
+    for (int t = 0; t < nt; t++)
+        for (int64_t c = c0; c < c1; c += LO_BLOCK)
+            lo_transpose(X + t * ldx + c, c1 - c < LO_BLOCK ? (int)(c1 - c) : LO_BLOCK,
+                         out + t * stride + (c - c0));
+}
+
+/* Up to 2 tokens whose whole rows fit LO_XBUF: x transposed once, then row
+ * after row; more tokens: panel-major with row blocks (see x86_avx512.c). */
+static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                       int64_t ldy, int64_t r0, int64_t r1)
+{
+    static _Alignas(32) __thread float xbuf[LO_XBUF];
+    const float *xp[LO_NT];
+    int64_t whole = ms_ceil_div(w->cols, LO_BLOCK) * LO_BLOCK;
+    if (n <= LO_NT && n * whole <= LO_XBUF) {
+        lo_transpose_rows(X, n, ldx, 0, w->cols, xbuf, whole);
+        for (int t = 0; t < n; t++)
+            xp[t] = xbuf + t * whole;
+        (n == 1 ? lo_rows_1 : lo_rows_2)(w, r0, r1, xp, 0, w->cols, Y, ldy);
+        return;
+    }
+    int64_t panel = w->cols < LO_PANEL ? whole : LO_PANEL;
+    int per_pass = (int)(LO_XBUF / panel);
+    for (int p0 = 0; p0 < n; p0 += per_pass) {
+        int np = n - p0 < per_pass ? n - p0 : per_pass;
+        for (int64_t c0 = 0; c0 < w->cols; c0 += LO_PANEL) {
+            int64_t c1 = c0 + LO_PANEL < w->cols ? c0 + LO_PANEL : w->cols;
+            lo_transpose_rows(X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
+            for (int64_t rb = r0; rb < r1; rb += LO_ROW_BLOCK) {
+                int64_t re = rb + LO_ROW_BLOCK < r1 ? rb + LO_ROW_BLOCK : r1;
+                for (int t0 = 0; t0 < np; t0 += LO_NT) {
+                    int nt = np - t0 < LO_NT ? np - t0 : LO_NT;
+                    for (int t = 0; t < nt; t++)
+                        xp[t] = xbuf + (t0 + t) * panel;
+                    (nt == 1 ? lo_rows_1 : lo_rows_2)(w, rb, re, xp, c0, c1,
+                                                       Y + (p0 + t0) * ldy, ldy);
+                }
+            }
+        }
+    }
+}
 
 /* Same scheme as a row: two accumulators over chunks of 16, masked tail. */
 static float dot_avx2(const float *a, const float *b, int64_t n)
