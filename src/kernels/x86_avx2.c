@@ -239,75 +239,38 @@ AI void lo_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         out[t] = hsum(_mm256_add_ps(a0[t], a1[t]));
 }
 
-/* Rows [r0, r1) over columns [cb, ce), panels added in order. */
-#define LO_ROWS_NT(nt)                                                                   \
-    __attribute__((noinline)) static void lo_rows_##nt(                                 \
-        const ms_mat *w, int64_t r0, int64_t r1, const float *const *xp, int64_t cb,     \
-        int64_t ce, float *Y, int64_t ldy)                                              \
-    {                                                                                    \
-        for (int64_t r = r0; r < r1; r++) {                                              \
-            float y[LO_NT] = {0}, out[LO_NT];                                            \
-            for (int64_t c0 = cb; c0 < ce; c0 += LO_PANEL) {                             \
-                const float *xq[LO_NT];                                                  \
-                for (int t = 0; t < nt; t++)                                             \
-                    xq[t] = xp[t] + (c0 - cb);                                           \
-                lo_row_panel(nt, w, r, xq, c0, c0 + LO_PANEL < ce ? c0 + LO_PANEL : ce,  \
-                             out);                                                       \
-                for (int t = 0; t < nt; t++)                                             \
-                    y[t] = c0 > cb ? y[t] + out[t]                                       \
-                           : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];                  \
-            }                                                                            \
-            for (int t = 0; t < nt; t++)                                                 \
-                Y[t * ldy + r] = y[t];                                                   \
-        }                                                                                \
-    }
-LO_ROWS_NT(1)
-LO_ROWS_NT(2)
-#undef LO_ROWS_NT
+/* The lane-order loop (x86_lanes.h) over lo_transpose and lo_row_panel. */
+#define LN_XT float
+#define LN_BLOCK LO_BLOCK
+#define LN_PANEL LO_PANEL
+#define LN_XBUF LO_XBUF
+#define LN_ROW_BLOCK LO_ROW_BLOCK
+#define LN_NT LO_NT
 
-static void lo_transpose_rows(const float *X, int nt, int64_t ldx, int64_t c0, int64_t c1,
-                              float *out, int64_t stride)
+AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
 {
-    for (int t = 0; t < nt; t++)
-        for (int64_t c = c0; c < c1; c += LO_BLOCK)
-            lo_transpose(X + t * ldx + c, c1 - c < LO_BLOCK ? (int)(c1 - c) : LO_BLOCK,
-                         out + t * stride + (c - c0));
+    (void)f;
+    lo_transpose(x, k, out);
 }
 
-/* Up to 2 tokens whose whole rows fit LO_XBUF: x transposed once, then row
- * after row; more tokens: panel-major with row blocks (see x86_avx512.c). */
+AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *xp,
+                     int64_t c0, int64_t c1, float *out)
+{
+    (void)f;
+    lo_row_panel(nt, w, r, xp, c0, c1, out);
+}
+
+#include "kernels/x86_lanes.h"
+
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 1)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 2)
+
 static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
                        int64_t ldy, int64_t r0, int64_t r1)
 {
-    static _Alignas(32) __thread float xbuf[LO_XBUF];
-    const float *xp[LO_NT];
-    int64_t whole = ms_ceil_div(w->cols, LO_BLOCK) * LO_BLOCK;
-    if (n <= LO_NT && n * whole <= LO_XBUF) {
-        lo_transpose_rows(X, n, ldx, 0, w->cols, xbuf, whole);
-        for (int t = 0; t < n; t++)
-            xp[t] = xbuf + t * whole;
-        (n == 1 ? lo_rows_1 : lo_rows_2)(w, r0, r1, xp, 0, w->cols, Y, ldy);
-        return;
-    }
-    int64_t panel = w->cols < LO_PANEL ? whole : LO_PANEL;
-    int per_pass = (int)(LO_XBUF / panel);
-    for (int p0 = 0; p0 < n; p0 += per_pass) {
-        int np = n - p0 < per_pass ? n - p0 : per_pass;
-        for (int64_t c0 = 0; c0 < w->cols; c0 += LO_PANEL) {
-            int64_t c1 = c0 + LO_PANEL < w->cols ? c0 + LO_PANEL : w->cols;
-            lo_transpose_rows(X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
-            for (int64_t rb = r0; rb < r1; rb += LO_ROW_BLOCK) {
-                int64_t re = rb + LO_ROW_BLOCK < r1 ? rb + LO_ROW_BLOCK : r1;
-                for (int t0 = 0; t0 < np; t0 += LO_NT) {
-                    int nt = np - t0 < LO_NT ? np - t0 : LO_NT;
-                    for (int t = 0; t < nt; t++)
-                        xp[t] = xbuf + (t0 + t) * panel;
-                    (nt == 1 ? lo_rows_1 : lo_rows_2)(w, rb, re, xp, c0, c1,
-                                                       Y + (p0 + t0) * ldy, ldy);
-                }
-            }
-        }
-    }
+    static _Alignas(32) __thread float xbuf[LN_XBUF];
+    static const ln_rows_fn fns[LN_NT] = {ln_mx_1, ln_mx_2};
+    ln_rows(MS_WFMT_MXFP4, fns, xbuf, w, X, n, ldx, Y, ldy, r0, r1);
 }
 
 /* Same scheme as a row: two accumulators over chunks of 16, masked tail. */

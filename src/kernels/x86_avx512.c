@@ -283,102 +283,40 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
 }
 
-/* Rows [r0, r1) over columns [cb, ce) (cb on a panel boundary) for nt
- * tokens whose transposed x from column cb is at xp[t]. Each panel is
- * summed alone and added to the row's result in panel order (Y = s0, then
- * Y += s1, ...), the same operations whether the panels of a row come in
- * one call (a token group over whole rows) or one call each (a batch,
- * panel-major). One function per token count, so that each gets its own
- * register allocation (one function for all four spilled the constants). */
-#define MX_ROWS_NT(nt)                                                                   \
-    __attribute__((noinline)) static void mx_rows_##nt(                                 \
-        const ms_mat *w, int64_t r0, int64_t r1, const float *const *xp, int64_t cb,     \
-        int64_t ce, float *Y, int64_t ldy)                                              \
-    {                                                                                    \
-        for (int64_t r = r0; r < r1; r++) {                                              \
-            float y[MAX_NT] = {0}, out[MAX_NT];                                          \
-            for (int64_t c0 = cb; c0 < ce; c0 += MX_PANEL) {                             \
-                const float *xq[MAX_NT];                                                 \
-                for (int t = 0; t < nt; t++)                                             \
-                    xq[t] = xp[t] + (c0 - cb);                                           \
-                mx_row_panel(nt, w, r, xq, c0, c0 + MX_PANEL < ce ? c0 + MX_PANEL : ce,  \
-                             out);                                                       \
-                for (int t = 0; t < nt; t++)                                             \
-                    y[t] = c0 > cb ? y[t] + out[t]                                       \
-                           : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];                  \
-            }                                                                            \
-            for (int t = 0; t < nt; t++)                                                 \
-                Y[t * ldy + r] = y[t];                                                   \
-        }                                                                                \
-    }
-MX_ROWS_NT(1)
-MX_ROWS_NT(2)
-MX_ROWS_NT(3)
-MX_ROWS_NT(4)
-#undef MX_ROWS_NT
+/* The lane-order loop (x86_lanes.h) over mx_transpose and mx_row_panel. */
+#define LN_XT float
+#define LN_BLOCK MX_BLOCK
+#define LN_PANEL MX_PANEL
+#define LN_XBUF (64 << 10)
+#define LN_ROW_BLOCK 32
+#define LN_NT MAX_NT
 
-static void mx_rows(int nt, const ms_mat *w, int64_t r0, int64_t r1, const float *const *xp,
-                    int64_t cb, int64_t ce, float *Y, int64_t ldy)
+AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
 {
-    switch (nt) {
-    case 1: mx_rows_1(w, r0, r1, xp, cb, ce, Y, ldy); break;
-    case 2: mx_rows_2(w, r0, r1, xp, cb, ce, Y, ldy); break;
-    case 3: mx_rows_3(w, r0, r1, xp, cb, ce, Y, ldy); break;
-    default: mx_rows_4(w, r0, r1, xp, cb, ce, Y, ldy); break;
-    }
+    (void)f;
+    mx_transpose(x, k, out);
 }
 
-/* x columns [c0, c1) of token rows X[0..nt) transposed into out, one
- * stride of `stride` floats per token. */
-static void mx_transpose_rows(const float *X, int nt, int64_t ldx, int64_t c0, int64_t c1,
-                              float *out, int64_t stride)
+AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *xp,
+                     int64_t c0, int64_t c1, float *out)
 {
-    for (int t = 0; t < nt; t++)
-        for (int64_t c = c0; c < c1; c += MX_BLOCK)
-            mx_transpose(X + t * ldx + c, c1 - c < MX_BLOCK ? (int)(c1 - c) : MX_BLOCK,
-                         out + t * stride + (c - c0));
+    (void)f;
+    mx_row_panel(nt, w, r, xp, c0, c1, out);
 }
 
-/* Up to 4 tokens whose whole rows of x fit MX_XBUF: x transposed once,
- * then row after row (the weights stream once, in order). More tokens:
- * panel-major, so that the x of a token group stays in L1 (4 x 1024
- * columns = 16 KiB; x streamed from L2 for every row was the bottleneck),
- * with rows in blocks that stay in L2 while every token group of the pass
- * goes over them. Neither order changes a result: each (token, row) sees
- * the same panels in the same order. */
-enum { MX_XBUF = 64 << 10, MX_ROW_BLOCK = 32 };
+#include "kernels/x86_lanes.h"
+
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 1)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 2)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 3)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 4)
 
 static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
                        int64_t ldy, int64_t r0, int64_t r1)
 {
-    static _Alignas(64) __thread float xbuf[MX_XBUF];
-    const float *xp[MAX_NT];
-    int64_t whole = ms_ceil_div(w->cols, MX_BLOCK) * MX_BLOCK;
-    if (n <= MAX_NT && n * whole <= MX_XBUF) {
-        mx_transpose_rows(X, n, ldx, 0, w->cols, xbuf, whole);
-        for (int t = 0; t < n; t++)
-            xp[t] = xbuf + t * whole;
-        mx_rows(n, w, r0, r1, xp, 0, w->cols, Y, ldy);
-        return;
-    }
-    int64_t panel = w->cols < MX_PANEL ? ms_ceil_div(w->cols, MX_BLOCK) * MX_BLOCK : MX_PANEL;
-    int per_pass = (int)(MX_XBUF / panel);
-    for (int p0 = 0; p0 < n; p0 += per_pass) {
-        int np = n - p0 < per_pass ? n - p0 : per_pass;
-        for (int64_t c0 = 0; c0 < w->cols; c0 += MX_PANEL) {
-            int64_t c1 = c0 + MX_PANEL < w->cols ? c0 + MX_PANEL : w->cols;
-            mx_transpose_rows(X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
-            for (int64_t rb = r0; rb < r1; rb += MX_ROW_BLOCK) {
-                int64_t re = rb + MX_ROW_BLOCK < r1 ? rb + MX_ROW_BLOCK : r1;
-                for (int t0 = 0; t0 < np; t0 += MAX_NT) {
-                    int nt = np - t0 < MAX_NT ? np - t0 : MAX_NT;
-                    for (int t = 0; t < nt; t++)
-                        xp[t] = xbuf + (t0 + t) * panel;
-                    mx_rows(nt, w, rb, re, xp, c0, c1, Y + (p0 + t0) * ldy, ldy);
-                }
-            }
-        }
-    }
+    static _Alignas(64) __thread float xbuf[LN_XBUF];
+    static const ln_rows_fn fns[LN_NT] = {ln_mx_1, ln_mx_2, ln_mx_3, ln_mx_4};
+    ln_rows(MS_WFMT_MXFP4, fns, xbuf, w, X, n, ldx, Y, ldy, r0, r1);
 }
 
 /* Same scheme as a row: two accumulators over chunks of 32, masked tail. */

@@ -166,89 +166,47 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
 }
 
-/* Rows [r0, r1) over columns [cb, ce), panels added in order (see
- * x86_avx512.c, mx_rows). */
-AI void rows_nt(ms_wfmt f, int nt, const ms_mat *w, int64_t r0, int64_t r1,
-                const uint16_t *const *xb, int64_t cb, int64_t ce, float *Y, int64_t ldy)
+/* The lane-order loop (x86_lanes.h) over the bf16 conversions and
+ * row_panel. */
+#define LN_XT uint16_t
+#define LN_BLOCK BLOCK
+#define LN_PANEL PANEL
+#define LN_XBUF XBUF
+#define LN_ROW_BLOCK ROW_BLOCK
+#define LN_NT MAX_NT
+
+AI void ln_transpose(ms_wfmt f, const float *x, int k, uint16_t *out)
 {
-    for (int64_t r = r0; r < r1; r++) {
-        float y[MAX_NT] = {0}, out[MAX_NT];
-        for (int64_t c0 = cb; c0 < ce; c0 += PANEL) {
-            const uint16_t *xq[MAX_NT];
-            for (int t = 0; t < nt; t++)
-                xq[t] = xb[t] + (c0 - cb);
-            row_panel(f, nt, w, r, xq, c0, c0 + PANEL < ce ? c0 + PANEL : ce, out);
-            for (int t = 0; t < nt; t++)
-                y[t] = c0 > cb ? y[t] + out[t] : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];
-        }
-        for (int t = 0; t < nt; t++)
-            Y[t * ldy + r] = y[t];
-    }
+    if (f == MS_WFMT_MXFP4)
+        x_mxfp4(x, k, out);
+    else
+        x_bf16(x, k, out);
 }
 
-#define ROWS_NT(name, fmt, nt)                                                           \
-    __attribute__((noinline)) static void name##_##nt(                                  \
-        const ms_mat *w, int64_t r0, int64_t r1, const uint16_t *const *xb, int64_t cb,  \
-        int64_t ce, float *Y, int64_t ldy)                                              \
-    {                                                                                    \
-        rows_nt(fmt, nt, w, r0, r1, xb, cb, ce, Y, ldy);                                 \
-    }
-ROWS_NT(bf, MS_WFMT_BF16, 1)
-ROWS_NT(bf, MS_WFMT_BF16, 2)
-ROWS_NT(bf, MS_WFMT_BF16, 3)
-ROWS_NT(bf, MS_WFMT_BF16, 4)
-ROWS_NT(mx, MS_WFMT_MXFP4, 1)
-ROWS_NT(mx, MS_WFMT_MXFP4, 2)
-ROWS_NT(mx, MS_WFMT_MXFP4, 3)
-ROWS_NT(mx, MS_WFMT_MXFP4, 4)
-#undef ROWS_NT
+AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xp,
+                     int64_t c0, int64_t c1, float *out)
+{
+    row_panel(f, nt, w, r, xp, c0, c1, out);
+}
 
-typedef void (*rows_nt_fn)(const ms_mat *, int64_t, int64_t, const uint16_t *const *, int64_t,
-                           int64_t, float *, int64_t);
+#include "kernels/x86_lanes.h"
 
-/* Activations of up to 4 tokens over whole rows, converted once, then row
- * after row; more tokens: panel-major with row blocks (x of a token group
- * stays in L1, a row block's weights in L2). */
+LN_ROWS_NT(bf, MS_WFMT_BF16, 1)
+LN_ROWS_NT(bf, MS_WFMT_BF16, 2)
+LN_ROWS_NT(bf, MS_WFMT_BF16, 3)
+LN_ROWS_NT(bf, MS_WFMT_BF16, 4)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 1)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 2)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 3)
+LN_ROWS_NT(mx, MS_WFMT_MXFP4, 4)
+
 static void rows_fast(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t ldx,
                       float *Y, int64_t ldy, int64_t r0, int64_t r1)
 {
     static _Alignas(64) __thread uint16_t xbuf[XBUF];
-    static const rows_nt_fn fns[2][MAX_NT] = {{bf_1, bf_2, bf_3, bf_4}, {mx_1, mx_2, mx_3, mx_4}};
-    const rows_nt_fn *fn = fns[f == MS_WFMT_MXFP4];
-    void (*conv)(const float *, int, uint16_t *) = f == MS_WFMT_MXFP4 ? x_mxfp4 : x_bf16;
-    const uint16_t *xb[MAX_NT];
-    int64_t whole = ms_ceil_div(w->cols, BLOCK) * BLOCK;
-    if (n <= MAX_NT && n * whole <= XBUF) {
-        for (int t = 0; t < n; t++) {
-            for (int64_t c = 0; c < w->cols; c += BLOCK)
-                conv(X + t * ldx + c, w->cols - c < BLOCK ? (int)(w->cols - c) : BLOCK,
-                     xbuf + t * whole + c);
-            xb[t] = xbuf + t * whole;
-        }
-        fn[n - 1](w, r0, r1, xb, 0, w->cols, Y, ldy);
-        return;
-    }
-    int64_t panel = w->cols < PANEL ? whole : PANEL;
-    int per_pass = (int)(XBUF / panel);
-    for (int p0 = 0; p0 < n; p0 += per_pass) {
-        int np = n - p0 < per_pass ? n - p0 : per_pass;
-        for (int64_t c0 = 0; c0 < w->cols; c0 += PANEL) {
-            int64_t c1 = c0 + PANEL < w->cols ? c0 + PANEL : w->cols;
-            for (int t = 0; t < np; t++)
-                for (int64_t c = c0; c < c1; c += BLOCK)
-                    conv(X + (p0 + t) * ldx + c, c1 - c < BLOCK ? (int)(c1 - c) : BLOCK,
-                         xbuf + t * panel + (c - c0));
-            for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
-                int64_t re = rb + ROW_BLOCK < r1 ? rb + ROW_BLOCK : r1;
-                for (int t0 = 0; t0 < np; t0 += MAX_NT) {
-                    int nt = np - t0 < MAX_NT ? np - t0 : MAX_NT;
-                    for (int t = 0; t < nt; t++)
-                        xb[t] = xbuf + (t0 + t) * panel;
-                    fn[nt - 1](w, rb, re, xb, c0, c1, Y + (p0 + t0) * ldy, ldy);
-                }
-            }
-        }
-    }
+    static const ln_rows_fn fns[2][MAX_NT] = {{ln_bf_1, ln_bf_2, ln_bf_3, ln_bf_4},
+                                              {ln_mx_1, ln_mx_2, ln_mx_3, ln_mx_4}};
+    ln_rows(f, fns[f == MS_WFMT_MXFP4], xbuf, w, X, n, ldx, Y, ldy, r0, r1);
 }
 
 static void rows_bf16(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,

@@ -1,0 +1,99 @@
+/* The loop of the lane-order kernels (MXFP4 in the AVX2 and AVX-512
+ * tables, BF16 and MXFP4 in the fast table): x transposed (or converted)
+ * once per call into the order the decoded lanes need, then rows over
+ * panels. Included after the ISA file defines (static inline):
+ *
+ *   LN_XT          the element type of the transposed x (float, uint16_t)
+ *   LN_BLOCK       columns per transposed unit (ln_transpose's k <= it)
+ *   LN_PANEL       columns per panel (a multiple of LN_BLOCK)
+ *   LN_XBUF        elements of x held per pass (per thread)
+ *   LN_ROW_BLOCK   rows sharing a pass over the token groups
+ *   LN_NT          tokens sharing decoded weights (1..4)
+ *   ln_transpose(f, x, k, out)   one unit of k columns, zero past k
+ *   ln_row_panel(f, nt, w, r, xp, c0, c1, out)  the sums of columns
+ *                  [c0, c1) of row r for nt tokens (xp relative to c0)
+ *
+ * Each panel of a row is summed alone and added to the row's result in
+ * panel order (Y = s0, then Y += s1, ...): the same operations whether a
+ * row's panels come in one call (a token group over whole rows, x
+ * transposed once, the weights streamed once in order) or one call each (a
+ * batch, panel-major, so that a token group's x stays in L1 and a row
+ * block's weights in L2). So a (token, row) gets the same bits alone,
+ * batched or in any row range. */
+#ifndef MS_KERNELS_X86_LANES_H
+#define MS_KERNELS_X86_LANES_H
+
+typedef void (*ln_rows_fn)(const ms_mat *, int64_t, int64_t, const LN_XT *const *, int64_t,
+                           int64_t, float *, int64_t);
+
+/* ln_<name>_<nt>: rows [r0, r1) over columns [cb, ce) (cb on a panel
+ * boundary) for nt tokens with transposed x from column cb at xp[t]. One
+ * function per (format, token count), each with its own register
+ * allocation (one for all spilled the constants). */
+#define LN_ROWS_NT(name, f, nt)                                                          \
+    __attribute__((noinline)) static void ln_##name##_##nt(                             \
+        const ms_mat *w, int64_t r0, int64_t r1, const LN_XT *const *xp, int64_t cb,     \
+        int64_t ce, float *Y, int64_t ldy)                                              \
+    {                                                                                    \
+        for (int64_t r = r0; r < r1; r++) {                                              \
+            float y[LN_NT] = {0}, out[LN_NT];                                            \
+            for (int64_t c0 = cb; c0 < ce; c0 += LN_PANEL) {                             \
+                const LN_XT *xq[LN_NT];                                                  \
+                for (int t = 0; t < nt; t++)                                             \
+                    xq[t] = xp[t] + (c0 - cb);                                           \
+                ln_row_panel(f, nt, w, r, xq, c0, c0 + LN_PANEL < ce ? c0 + LN_PANEL : ce, \
+                             out);                                                       \
+                for (int t = 0; t < nt; t++)                                             \
+                    y[t] = c0 > cb ? y[t] + out[t]                                       \
+                           : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];                  \
+            }                                                                            \
+            for (int t = 0; t < nt; t++)                                                 \
+                Y[t * ldy + r] = y[t];                                                   \
+        }                                                                                \
+    }
+
+/* x columns [c0, c1) of token rows X[0..nt) transposed into out, one stride
+ * per token. */
+AI void ln_transpose_rows(ms_wfmt f, const float *X, int nt, int64_t ldx, int64_t c0,
+                          int64_t c1, LN_XT *out, int64_t stride)
+{
+    for (int t = 0; t < nt; t++)
+        for (int64_t c = c0; c < c1; c += LN_BLOCK)
+            ln_transpose(f, X + t * ldx + c, c1 - c < LN_BLOCK ? (int)(c1 - c) : LN_BLOCK,
+                         out + t * stride + (c - c0));
+}
+
+/* The ms_rows_fn body: fns[nt - 1] are the format's LN_ROWS_NT functions. */
+AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, const float *X,
+                int n, int64_t ldx, float *Y, int64_t ldy, int64_t r0, int64_t r1)
+{
+    const LN_XT *xp[LN_NT];
+    int64_t whole = ms_ceil_div(w->cols, LN_BLOCK) * LN_BLOCK;
+    if (n <= LN_NT && n * whole <= LN_XBUF) {
+        ln_transpose_rows(f, X, n, ldx, 0, w->cols, xbuf, whole);
+        for (int t = 0; t < n; t++)
+            xp[t] = xbuf + t * whole;
+        fns[n - 1](w, r0, r1, xp, 0, w->cols, Y, ldy);
+        return;
+    }
+    int64_t panel = w->cols < LN_PANEL ? whole : LN_PANEL;
+    int per_pass = (int)(LN_XBUF / panel);
+    for (int p0 = 0; p0 < n; p0 += per_pass) {
+        int np = n - p0 < per_pass ? n - p0 : per_pass;
+        for (int64_t c0 = 0; c0 < w->cols; c0 += LN_PANEL) {
+            int64_t c1 = c0 + LN_PANEL < w->cols ? c0 + LN_PANEL : w->cols;
+            ln_transpose_rows(f, X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
+            for (int64_t rb = r0; rb < r1; rb += LN_ROW_BLOCK) {
+                int64_t re = rb + LN_ROW_BLOCK < r1 ? rb + LN_ROW_BLOCK : r1;
+                for (int t0 = 0; t0 < np; t0 += LN_NT) {
+                    int nt = np - t0 < LN_NT ? np - t0 : LN_NT;
+                    for (int t = 0; t < nt; t++)
+                        xp[t] = xbuf + (t0 + t) * panel;
+                    fns[nt - 1](w, rb, re, xp, c0, c1, Y + (p0 + t0) * ldy, ldy);
+                }
+            }
+        }
+    }
+}
+
+#endif
