@@ -3,17 +3,17 @@
 # One binary for any x86-64 with AVX2: the common code is compiled for the
 # baseline ISA, the SIMD kernels per file with their own -m flags, and the op
 # table is chosen at run time from the CPU's features (no -march=native).
-# Warnings are on and none is silenced. The library's compute threads are its
-# own pool (src/base/pool.c); -fopenmp stays for bench/.
+# Warnings are on and none is silenced. Compute threads are the library's own
+# pool (src/base/pool.c); nothing links OpenMP.
 
 CC      ?= gcc
 BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
-           -Wmissing-prototypes -Wvla -fopenmp -D_GNU_SOURCE -fno-fast-math \
+           -Wmissing-prototypes -Wvla -D_GNU_SOURCE -fno-fast-math \
            -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
-LDFLAGS := -fopenmp $(SAN)
+LDFLAGS := $(SAN)
 LDLIBS  := -ljansson -luring -lpcre2-8 -lmicrohttpd -lm -lpthread
 
 # Per-file ISA flags: only these files may contain intrinsics.
