@@ -1,16 +1,14 @@
 /* The AVX2 op table (AVX2, FMA, F16C). Compiled with its own -m flags; the
  * dispatcher only calls into it once ms_kernels_avx2() said the CPU can.
- * This file supplies 256-bit primitives and decoders; the accumulation
- * scheme is the shared skeleton of x86_rows.h (chunks of 16 columns). Tokens
- * share each decoded chunk in groups of 4 for plain formats, 2 for scaled
- * ones, which need twice the registers.
+ * This file supplies 256-bit primitives and decoders for the shared
+ * column-order skeleton of x86_rows.h (chunks of 16 columns; tokens share
+ * each decoded chunk in groups of 4, 2 for FP8, which needs twice the
+ * registers) and MXFP4's lane-order kernel (below, over x86_lanes.h).
  *
  * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
  * 2^-8, widened by vcvtph2ps, NaN codes patched to a half NaN; the 2^8 is
  * folded into the block scale (exact for scales below 2^120; products
- * w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpshufb of the E2M1 values
- * doubled (all integers, so int8), converted, and the 1/2 folded into the
- * power-of-two scale, which stays exact down to 2^-128. */
+ * w * 2^-8 * x below 2^-126 lose bits). MXFP4: see its section. */
 #include <immintrin.h>
 
 #include "kernels/internal.h"
@@ -18,9 +16,8 @@
 #define AI static inline __attribute__((always_inline))
 
 enum {
-    CHUNK = 16,               /* columns per step: two ymm */
     MAX_NT = 4,               /* tokens sharing a decoded chunk (plain formats) */
-    MAX_NT_SCALED = 2,        /* the same for FP8_BLOCK and MXFP4 */
+    MAX_NT_FP8 = 2,           /* the same for FP8_BLOCK */
     PREFETCH = 2048,          /* bytes ahead in a row's weights */
     PANEL_X_BYTES = 16 << 10, /* x of one token group per column panel */
     ROW_BLOCK = 32,           /* rows sharing a pass over the token groups */
@@ -62,19 +59,6 @@ AI w16 fp8x16(__m128i raw)
     return w;
 }
 
-/* 8 bytes of MXFP4 codes -> 16 values times 2, in column order. */
-AI w16 mxfp4x16(__m128i raw)
-{
-    const __m128i tab = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    const __m128i nib = _mm_set1_epi8(0x0F);
-    __m128i even = _mm_shuffle_epi8(tab, _mm_and_si128(raw, nib));
-    __m128i odd = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(raw, 4), nib));
-    __m128i v = _mm_unpacklo_epi8(even, odd);
-    w16 w = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
-             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
-    return w;
-}
-
 /* Decodes the full chunk at p. */
 AI w16 decode(ms_wfmt f, const uint8_t *p)
 {
@@ -92,10 +76,8 @@ AI w16 decode(ms_wfmt f, const uint8_t *p)
         w.lo = _mm256_cvtph_ps(load128(p));
         w.hi = _mm256_cvtph_ps(load128(p + 16));
         return w;
-    case MS_WFMT_FP8_BLOCK:
+    default: /* FP8_BLOCK (MXFP4 never comes here: lane order) */
         return fp8x16(load128(p));
-    default:
-        return mxfp4x16(_mm_loadl_epi64((const __m128i *)p));
     }
 }
 
@@ -104,8 +86,7 @@ AI w16 decode(ms_wfmt f, const uint8_t *p)
 AI w16 decode_part(ms_wfmt f, const uint8_t *p, int k)
 {
     uint8_t buf[64] = {0};
-    /* MXFP4 is unreachable while cols % 32 == 0; round up to whole bytes. */
-    memcpy(buf, p, (size_t)ms_col_bytes(f, k + (f == MS_WFMT_MXFP4 ? k % 2 : 0)));
+    memcpy(buf, p, (size_t)ms_col_bytes(f, k));
     return decode(f, buf);
 }
 
@@ -122,7 +103,7 @@ AI __m256i lanes_below(int k, int first)
 #define X_PREFETCH PREFETCH
 #define X_PANEL_X_BYTES PANEL_X_BYTES
 #define X_ROW_BLOCK ROW_BLOCK
-#define X_GROUP(f) ((f) == MS_WFMT_FP8_BLOCK || (f) == MS_WFMT_MXFP4 ? MAX_NT_SCALED : MAX_NT)
+#define X_GROUP(f) ((f) == MS_WFMT_FP8_BLOCK ? MAX_NT_FP8 : MAX_NT)
 typedef w16 xw2;
 
 AI float hsum(__m256 v)
@@ -143,12 +124,10 @@ AI float xv_hsum(__m256 v) { return hsum(v); }
 AI w16 x_decode(ms_wfmt f, const uint8_t *p) { return decode(f, p); }
 AI w16 x_decode_part(ms_wfmt f, const uint8_t *p, int k) { return decode_part(f, p, k); }
 
-/* The scale with the decodes' factors: 2^8 for FP8, 1/2 for MXFP4's doubled
- * values (both exact). */
-AI float x_scale(ms_wfmt f, const ms_mat *w, int64_t i)
+/* The block scale with the decode's 2^8 (exact). */
+AI float x_scale(const ms_mat *w, int64_t i)
 {
-    return f == MS_WFMT_MXFP4 ? ms_e8m0_fast(((const uint8_t *)w->scale)[i]) * 0.5f
-                              : ms_fp8_scale_at(w, i, f16c_to_f32) * 256.0f;
+    return ms_fp8_scale_at(w, i, f16c_to_f32) * 256.0f;
 }
 
 #include "kernels/x86_rows.h"

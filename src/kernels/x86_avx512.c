@@ -9,9 +9,8 @@
  * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
  * 2^-8 (subnormals included), widened by vcvtph2ps, NaN codes patched to a
  * half NaN, and the 2^8 folded into the block scale (exact for scales below
- * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4 (the skeleton's
- * decode, for completeness): vpermps of the 16 E2M1 values; the lane-order
- * loop looks them up the same way and scales per-lane partial sums by the
+ * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpermps of
+ * the 16 E2M1 values in lane order, per-lane partial sums scaled by the
  * groups' powers of two (exact; 6 * 2^127 overflows to inf as in
  * ms_mat_get). */
 #include <immintrin.h>
@@ -21,7 +20,6 @@
 
 
 enum {
-    CHUNK = 32,               /* columns per step: two zmm */
     MAX_NT = 4,               /* tokens sharing a decoded chunk */
     PREFETCH = 8192,          /* bytes ahead in a row's weights: 2048 left FP8 at 15 GB/s a
                                * core (8192: 25) and BF16 at 28-29 (8192: 33-35) */
@@ -60,29 +58,7 @@ AI w32 fp8x32(__m256i raw)
     return w;
 }
 
-/* 16 bytes of MXFP4 codes at p -> 32 values times s, in column order.
- * Shuffles are the bottleneck (one port), so: the bytes are broadcast to
- * all four lanes by the load; vpshufb gives dword i the byte of column i;
- * a per-lane shift by 0 or 4 brings its nibble down; vpermps then looks the
- * code up in the scaled table, reading only the low 4 bits of each index. */
-AI w32 mxfp4x32(const uint8_t *p, __m512 s)
-{
-    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    /* dword j picks byte j/2 (columns 0-15) or 8 + j/2 (16-31); the bytes
-     * picked above bit 7 are junk that vpermps never reads. */
-    const __m512i pick_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m512i pick_hi = _mm512_add_epi32(pick_lo, _mm512_set1_epi32(8));
-    const __m512i odd = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-    __m512 ts = _mm512_mul_ps(tab, s);
-    __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
-    __m512i i0 = _mm512_srlv_epi32(_mm512_shuffle_epi8(b, pick_lo), odd);
-    __m512i i1 = _mm512_srlv_epi32(_mm512_shuffle_epi8(b, pick_hi), odd);
-    w32 w = {_mm512_permutexvar_ps(i0, ts), _mm512_permutexvar_ps(i1, ts)};
-    return w;
-}
-
-/* Decodes the full chunk at p (MXFP4 unscaled: its scale is the block's). */
+/* Decodes the full chunk at p (MXFP4 never comes here: lane order). */
 AI w32 decode(ms_wfmt f, const uint8_t *p)
 {
     w32 w;
@@ -99,10 +75,8 @@ AI w32 decode(ms_wfmt f, const uint8_t *p)
         w.lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         w.hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
         return w;
-    case MS_WFMT_FP8_BLOCK:
+    default: /* FP8_BLOCK */
         return fp8x32(_mm256_loadu_si256((const __m256i *)p));
-    default:
-        return mxfp4x32(p, _mm512_set1_ps(1.0f));
     }
 }
 
@@ -126,14 +100,8 @@ AI w32 decode_part(ms_wfmt f, const uint8_t *p, int k)
         w.lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, p));
         w.hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, p + 32));
         return w;
-    case MS_WFMT_FP8_BLOCK:
+    default: /* FP8_BLOCK */
         return fp8x32(_mm256_maskz_loadu_epi8(m, p));
-    default: {
-        /* Unreachable while cols % 32 == 0; byte j holds columns 2j, 2j+1. */
-        uint8_t buf[16] = {0};
-        memcpy(buf, p, (size_t)(k + 1) / 2);
-        return mxfp4x32(buf, _mm512_set1_ps(1.0f));
-    }
     }
 }
 
@@ -160,11 +128,10 @@ AI float xv_hsum(__m512 v) { return hsum(v); }
 AI w32 x_decode(ms_wfmt f, const uint8_t *p) { return decode(f, p); }
 AI w32 x_decode_part(ms_wfmt f, const uint8_t *p, int k) { return decode_part(f, p, k); }
 
-/* The scale with the decode's factor: 2^8 for FP8 (exact). */
-AI float x_scale(ms_wfmt f, const ms_mat *w, int64_t i)
+/* The block scale with the decode's 2^8 (exact). */
+AI float x_scale(const ms_mat *w, int64_t i)
 {
-    return f == MS_WFMT_MXFP4 ? ms_e8m0_fast(((const uint8_t *)w->scale)[i])
-                              : ms_fp8_scale_at(w, i, f16c_to_f32) * 256.0f;
+    return ms_fp8_scale_at(w, i, f16c_to_f32) * 256.0f;
 }
 
 #include "kernels/x86_rows.h"

@@ -1,5 +1,6 @@
-/* The row/panel skeleton of the SIMD op tables: one accumulation scheme for
- * every ISA, which supplies only its vector primitives and its decoders.
+/* The column-order skeleton of the SIMD op tables (F32, BF16, F16, FP8;
+ * MXFP4 runs the lane-order loop of x86_lanes.h): one accumulation scheme
+ * for every ISA, which supplies only its vector primitives and decoders.
  * Included by each x86_*.c after it defines (static inline):
  *
  *   XV                  its float vector type; XW its lanes; a chunk is
@@ -13,17 +14,15 @@
  *   x_decode(f, p)      the full chunk at p
  *   x_decode_part(f, p, k)  its first k (1 .. 2*XW-1) columns, nothing past
  *                       them read
- *   x_scale(f, w, i)    scale entry i of a scaled format (FP8_BLOCK: the
- *                       block scale, MXFP4: the group's e8m0) times whatever
- *                       factor the ISA's decode left out (powers of two:
- *                       exact)
+ *   x_scale(w, i)       FP8 block scale entry i times whatever factor the
+ *                       ISA's decode left out (a power of two: exact)
  *   X_GROUP(f)          tokens sharing a decoded chunk (<= X_MAX_NT)
  *   X_MAX_NT, X_PREFETCH, X_PANEL_X_BYTES, X_ROW_BLOCK
  *
  * The scheme, the same for every (token, row) so that batching, row ranges
  * and thread counts never change a bit: columns in chunks, a ragged last
- * chunk zero-filled; scaled formats sum each scale block (FP8: block_cols,
- * MXFP4: 32) into partials zeroed per block, then acc = fma(p, scale, acc);
+ * chunk zero-filled; FP8 sums each scale block (block_cols columns) into
+ * partials zeroed per block, then acc = fma(p, scale, acc);
  * the row result is hsum(acc0 + acc1). Tokens share each decoded chunk in
  * groups, each in its own registers; for a batch, columns go in panels
  * whose accumulators wait in memory between panels, rows in blocks that
@@ -59,20 +58,20 @@ AI void span(ms_wfmt f, int nt, const uint8_t *row, const float *const *x, int64
     }
 }
 
-/* Scaled formats, columns [c0, c1) (c0 on a block boundary): each block
- * summed into partials, then folded in with its scale. */
-AI void scaled_blocks(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint8_t *row,
-                      const float *const *x, int64_t c0, int64_t c1, XV *a0, XV *a1)
+/* FP8, columns [c0, c1) (c0 on a block boundary): each block summed into
+ * partials, then folded in with its scale. */
+AI void fp8_blocks(int nt, const ms_mat *w, int64_t r, const uint8_t *row,
+                   const float *const *x, int64_t c0, int64_t c1, XV *a0, XV *a1)
 {
-    int64_t bc = f == MS_WFMT_MXFP4 ? 32 : w->block_cols;
-    int64_t s0 = f == MS_WFMT_MXFP4 ? r * (w->cols / 32) : ms_fp8_scale_row(w, r);
+    const ms_wfmt f = MS_WFMT_FP8_BLOCK;
+    int64_t bc = w->block_cols, s0 = ms_fp8_scale_row(w, r);
     for (int64_t c = c0; c < c1; c += bc) {
         XV p0[X_MAX_NT], p1[X_MAX_NT];
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
             p0[t] = p1[t] = xv_zero();
         span(f, nt, row, x, c, c + bc < c1 ? c + bc : c1, p0, p1);
-        XV s = xv_set1(x_scale(f, w, s0 + c / bc));
+        XV s = xv_set1(x_scale(w, s0 + c / bc));
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             a0[t] = xv_fma(p0[t], s, a0[t]);
@@ -99,8 +98,8 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *co
         a0[t] = st[t].a0;
         a1[t] = st[t].a1;
     }
-    if (f == MS_WFMT_FP8_BLOCK || f == MS_WFMT_MXFP4)
-        scaled_blocks(f, nt, w, r, row, x, c0, c1, a0, a1);
+    if (f == MS_WFMT_FP8_BLOCK)
+        fp8_blocks(nt, w, r, row, x, c0, c1, a0, a1);
     else
         span(f, nt, row, x, c0, c1, a0, a1);
 #pragma GCC unroll 4
@@ -127,7 +126,7 @@ AI void row_panel_n(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *
  * bottleneck. A multiple of the format's block so no block straddles. */
 AI int64_t panel_cols(ms_wfmt f, const ms_mat *w, int n, int group)
 {
-    int64_t unit = f == MS_WFMT_FP8_BLOCK ? w->block_cols : f == MS_WFMT_MXFP4 ? 32 : 2 * XW;
+    int64_t unit = f == MS_WFMT_FP8_BLOCK ? w->block_cols : 2 * XW;
     int64_t p = n == 1 ? w->cols : ms_ceil_div(X_PANEL_X_BYTES / (4 * group), unit) * unit;
     return p < w->cols ? p : w->cols;
 }
