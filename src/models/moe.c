@@ -167,6 +167,13 @@ int64_t ms_mlp_scratch(int64_t d_ff, int64_t n)
     return 3 * n * d_ff;
 }
 
+/* H = silu(G) * U, elementwise over n values. */
+static void silu_mul(const float *G, const float *U, int64_t n, float *H)
+{
+    for (int64_t i = 0; i < n; i++)
+        H[i] = G[i] / (1.0f + expf(-G[i])) * U[i];
+}
+
 void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int64_t d_ff,
                   const float *X, int rows, float *Y, float *scratch)
 {
@@ -174,8 +181,7 @@ void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int6
     ms_matmul_job gu[2] = {{.w = gate, .X = X, .n = rows, .Y = G},
                            {.w = up, .X = X, .n = rows, .Y = U}};
     ms_matmul_many(gu, 2);
-    for (int64_t i = 0; i < rows * d_ff; i++)
-        H[i] = G[i] / (1.0f + expf(-G[i])) * U[i];
+    silu_mul(G, U, rows * d_ff, H);
     ms_matmul(down, H, rows, Y);
 }
 
@@ -213,6 +219,26 @@ typedef struct expert_run {
     int rows;
 } expert_run;
 
+/* One phase of a group in one dispatch: product `mat` of every expert on
+ * its rows of In [R][in_cols] into Out [R][out_cols] (and, when mat2 >= 0,
+ * product mat2 into Out2 in the same dispatch). */
+static void group_products(const expert_run *g, int ng, int mat, int mat2, const float *in,
+                           int64_t in_cols, float *out, float *out2, int64_t out_cols)
+{
+    ms_matmul_job jobs[2 * GROUP_MAX];
+    int nj = 0;
+    for (int i = 0; i < ng; i++) {
+        const float *X = in + g[i].row0 * in_cols;
+        int64_t o = g[i].row0 * out_cols;
+        jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[mat], .X = X, .n = g[i].rows,
+                                     .Y = out + o};
+        if (mat2 >= 0)
+            jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[mat2], .X = X, .n = g[i].rows,
+                                         .Y = out2 + o};
+    }
+    ms_matmul_many(jobs, nj);
+}
+
 /* The FFNs of a group of experts on their rows of X [R][d_model] -> Y
  * [R][d_model], R the group's rows; work: R * 3 * d_ff floats. Each phase's
  * products go out in one dispatch (the up/gate projections of every
@@ -222,48 +248,20 @@ static void experts_ffn(const ms_moe *m, const expert_run *g, int ng, int64_t R,
                         float *work, float *Y)
 {
     int64_t ff = m->d_ff, d = m->d_model;
-    ms_matmul_job jobs[2 * GROUP_MAX] = {{0}};
-    int nj = 0;
     if (m->ffn == MS_FFN_SWIGLU) {
         float *G = work, *U = G + R * ff, *H = U + R * ff;
-        for (int i = 0; i < ng; i++) {
-            const ms_mat *mat = g[i].lease.mat;
-            int64_t o = g[i].row0;
-            jobs[nj++] = (ms_matmul_job){.w = &mat[0], .X = X + o * d, .n = g[i].rows, .Y = G + o * ff};
-            jobs[nj++] = (ms_matmul_job){.w = &mat[1], .X = X + o * d, .n = g[i].rows, .Y = U + o * ff};
-        }
-        ms_matmul_many(jobs, nj);
-        for (int64_t k = 0; k < R * ff; k++)
-            H[k] = G[k] / (1.0f + expf(-G[k])) * U[k];
-        nj = 0;
-        for (int i = 0; i < ng; i++) {
-            int64_t o = g[i].row0;
-            jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[2], .X = H + o * ff, .n = g[i].rows,
-                                         .Y = Y + o * d};
-        }
-        ms_matmul_many(jobs, nj);
+        group_products(g, ng, 0, 1, X, d, G, U, ff);
+        silu_mul(G, U, R * ff, H);
+        group_products(g, ng, 2, -1, H, ff, Y, NULL, d);
         return;
     }
     float *H2 = work, *H = work + R * 2 * ff;
-    for (int i = 0; i < ng; i++) {
-        int64_t o = g[i].row0;
-        jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[0], .X = X + o * d, .n = g[i].rows,
-                                     .Y = H2 + o * 2 * ff};
-    }
-    ms_matmul_many(jobs, nj);
-    for (int i = 0; i < ng; i++) {
-        int64_t o = g[i].row0;
-        ms_add_bias(H2 + o * 2 * ff, m->gate_up_bias + (int64_t)g[i].lease.expert * 2 * ff,
+    group_products(g, ng, 0, -1, X, d, H2, NULL, 2 * ff);
+    for (int i = 0; i < ng; i++)
+        ms_add_bias(H2 + g[i].row0 * 2 * ff, m->gate_up_bias + (int64_t)g[i].lease.expert * 2 * ff,
                     g[i].rows, 2 * ff);
-    }
     oai_glu(m, H2, (int)R, H);
-    nj = 0;
-    for (int i = 0; i < ng; i++) {
-        int64_t o = g[i].row0;
-        jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[1], .X = H + o * ff, .n = g[i].rows,
-                                     .Y = Y + o * d};
-    }
-    ms_matmul_many(jobs, nj);
+    group_products(g, ng, 1, -1, H, ff, Y, NULL, d);
     for (int i = 0; i < ng; i++)
         ms_add_bias(Y + g[i].row0 * d, m->down_bias + (int64_t)g[i].lease.expert * d,
                     g[i].rows, d);
