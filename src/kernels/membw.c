@@ -41,8 +41,9 @@ static void *slice_thread(void *arg)
     return NULL;
 }
 
-/* Seconds for all slices, or -1 when a thread cannot be started. */
-static double stream_time(void *dst, const void *src, int64_t bytes, int threads)
+/* GB/s of all slices at once, counting `factor` bytes per byte streamed
+ * (memcpy: read + write), or 0 when a thread cannot be started. */
+static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads, double factor)
 {
     if (threads < 1)
         threads = 1;
@@ -54,7 +55,7 @@ static double stream_time(void *dst, const void *src, int64_t bytes, int threads
     pthread_t tid[MAX_THREADS];
     atomic_int go = 0;
     if (part <= 0)
-        return -1;
+        return 0;
     for (int i = 0; i < threads; i++)
         jobs[i] = (stream_job){&go, ms_kernels(), dst ? (char *)dst + i * part : NULL,
                                (const char *)src + i * part, part, 0};
@@ -72,19 +73,17 @@ static double stream_time(void *dst, const void *src, int64_t bytes, int threads
     for (int i = 0; i < started; i++)
         sink ^= jobs[i].sum;
     (void)sink;
-    return started < threads ? -1 : t;
+    return started < threads || t <= 0 ? 0 : factor * (double)(part * threads) / t / 1e9;
 }
 
 double ms_read_stream(const void *buf, int64_t bytes, int threads)
 {
-    double t = stream_time(NULL, buf, bytes, threads);
-    return t > 0 ? (double)(bytes / threads / 256 * 256 * threads) / t / 1e9 : 0;
+    return stream_gbs(NULL, buf, bytes, threads, 1.0);
 }
 
 double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads)
 {
-    double t = stream_time(dst, src, bytes, threads);
-    return t > 0 ? 2.0 * (double)(bytes / threads / 256 * 256 * threads) / t / 1e9 : 0;
+    return stream_gbs(dst, src, bytes, threads, 2.0);
 }
 
 int ms_mem_bandwidth(int threads, int64_t bytes, int rounds, double *read_gbs,
