@@ -15,6 +15,22 @@ import sys
 import numpy as np
 
 
+def load_logits(a_path, ref_path, vocab):
+    """The two [n_tokens, vocab] float32 arrays; exits 2 on a shape problem and
+    1 when A holds a non-finite value (also used by deviation.py)."""
+    a = np.fromfile(a_path, dtype="<f4")
+    r = np.fromfile(ref_path, dtype="<f4")
+    if a.size != r.size or r.size % vocab or r.size == 0:
+        print(f"size mismatch: {a.size} vs {r.size} floats (vocab {vocab})")
+        sys.exit(2)
+    a = a.reshape(-1, vocab)
+    r = r.reshape(-1, vocab)
+    if not np.all(np.isfinite(a)):
+        print("non-finite values in", a_path)
+        sys.exit(1)
+    return a, r
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("a")
@@ -22,16 +38,7 @@ def main():
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--tol", type=float, default=1e-3, help="relative to max|ref|")
     args = ap.parse_args()
-    a = np.fromfile(args.a, dtype="<f4")
-    r = np.fromfile(args.ref, dtype="<f4")
-    if a.size != r.size or r.size % args.vocab or r.size == 0:
-        print(f"size mismatch: {a.size} vs {r.size} floats (vocab {args.vocab})")
-        sys.exit(2)
-    a = a.reshape(-1, args.vocab)
-    r = r.reshape(-1, args.vocab)
-    if not np.all(np.isfinite(a)):
-        print("non-finite values in", args.a)
-        sys.exit(1)
+    a, r = load_logits(args.a, args.ref, args.vocab)
     diff = float(np.max(np.abs(a.astype(np.float64) - r)))
     ref_max = float(np.max(np.abs(r)))
     tol = args.tol * ref_max

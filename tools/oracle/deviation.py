@@ -17,6 +17,8 @@ import sys
 
 import numpy as np
 
+from compare import load_logits
+
 
 def log_softmax(x):
     m = x.max(axis=1, keepdims=True)
@@ -32,16 +34,7 @@ def main():
     ap.add_argument("--min-agree", type=float, help="bound on the argmax agreement (0..1)")
     ap.add_argument("--max-kl", type=float, help="bound on the mean KL per position")
     args = ap.parse_args()
-    a = np.fromfile(args.a, dtype="<f4").astype(np.float64)
-    r = np.fromfile(args.ref, dtype="<f4").astype(np.float64)
-    if a.size != r.size or r.size % args.vocab or r.size == 0:
-        print(f"size mismatch: {a.size} vs {r.size} floats (vocab {args.vocab})")
-        sys.exit(2)
-    a = a.reshape(-1, args.vocab)
-    r = r.reshape(-1, args.vocab)
-    if not np.all(np.isfinite(a)):
-        print("non-finite values in", args.a)
-        sys.exit(1)
+    a, r = (v.astype(np.float64) for v in load_logits(args.a, args.ref, args.vocab))
     diff = float(np.max(np.abs(a - r)))
     rel = diff / float(np.max(np.abs(r)))
     agree = float(np.mean(a.argmax(axis=1) == r.argmax(axis=1)))
