@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -35,7 +36,35 @@ static int read_messages(const char *path, json_t **root, ms_chat_msg **msgs, in
     return 0;
 }
 
-int cmd_render(int argc, char **argv)
+/* YYYY-MM-DD as seconds since the epoch (00:00 UTC). */
+static int parse_date(const char *s, int64_t *out)
+{
+    struct tm tm = {0};
+    const char *end = strptime(s, "%Y-%m-%d", &tm);
+    if (!end || *end)
+        return -1;
+    *out = (int64_t)timegm(&tm);
+    return 0;
+}
+
+static int read_text(const char *path, char **out, ms_error *err)
+{
+    json_error_t je;
+    json_t *req = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!req) {
+        snprintf(err->msg, sizeof err->msg, "%s: not a JSON request body (line %d: %s)", path,
+                 je.line, je.text);
+        err->code = MS_E_ARG;
+        return -1;
+    }
+    *out = json_dumps(req, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    json_decref(req);
+    return 0;
+}
+
+/* render --family F --messages FILE: the built-in format of a family (the
+ * fallback for folders without a chat template). */
+static int render_builtin(int argc, char **argv)
 {
     const char *family = NULL, *path = NULL, *effort = NULL, *date = NULL;
     ms_chat_opts o = {.add_generation_prompt = 1, .thinking = -1};
@@ -71,5 +100,58 @@ int cmd_render(int argc, char **argv)
     free(text);
     free(msgs);
     json_decref(root);
+    return rc;
+}
+
+int cmd_render(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--family"))
+            return render_builtin(argc, argv);
+    const char *dir = NULL, *file = NULL, *request = NULL, *date = NULL, *name = NULL;
+    ms_template_opts o = {.add_generation_prompt = 1, .thinking = -1};
+    for (int i = 1; i < argc; i++) {
+        int miss = 0;
+        const char *v;
+        if ((v = cli_value(argc, argv, &i, "--chat-template-file", &miss))) file = v;
+        else if ((v = cli_value(argc, argv, &i, "--request", &miss))) request = v;
+        else if ((v = cli_value(argc, argv, &i, "--bos-token", &miss))) o.bos_token = v;
+        else if ((v = cli_value(argc, argv, &i, "--eos-token", &miss))) o.eos_token = v;
+        else if ((v = cli_value(argc, argv, &i, "--date", &miss))) date = v;
+        else if ((v = cli_value(argc, argv, &i, "--template-name", &miss))) name = v;
+        else if ((v = cli_value(argc, argv, &i, "--reasoning-effort", &miss))) o.reasoning_effort = v;
+        else if ((v = cli_value(argc, argv, &i, "--thinking", &miss))) {
+            if (strcmp(v, "on") && strcmp(v, "off"))
+                return cli_usage_error("render", "--thinking expects on or off");
+            o.thinking = !strcmp(v, "on");
+        } else if (miss) return cli_usage_error("render", "%s needs a value", argv[i]);
+        else if (!strcmp(argv[i], "--no-generation-prompt")) o.add_generation_prompt = 0;
+        else if (argv[i][0] != '-' && !dir) dir = argv[i];
+        else return cli_usage_error("render", "unexpected argument \"%s\"", argv[i]);
+    }
+    if ((!dir && !file) || !request)
+        return cli_usage_error("render", "needs MODEL_DIR or --chat-template-file FILE, and "
+                               "--request FILE");
+    if (date && parse_date(date, &o.now))
+        return cli_usage_error("render", "--date expects YYYY-MM-DD, got \"%s\"", date);
+    ms_error err = {0};
+    ms_chat_template *t = NULL;
+    char *body = NULL, *text = NULL;
+    int rc = 0;
+    if (ms_chat_template_open(dir, file, name, &t, &err) || read_text(request, &body, &err)) {
+        rc = cli_fail(&err);
+    } else if (!t) {
+        snprintf(err.msg, sizeof err.msg, "%s has no chat template (no chat_template.jinja, no "
+                 "chat_template in tokenizer_config.json); give --chat-template-file FILE", dir);
+        err.code = MS_E_ARG;
+        rc = cli_fail(&err);
+    } else if (ms_chat_template_render(t, body, &o, &text, &err)) {
+        rc = cli_fail(&err);
+    } else {
+        fputs(text, stdout);
+    }
+    free(text);
+    free(body);
+    ms_chat_template_close(t);
     return rc;
 }

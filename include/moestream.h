@@ -58,6 +58,7 @@ typedef struct ms_engine_opts {
     int buffered;        /* never use O_DIRECT for expert reads */
     const char *trace_path; /* write the expert routing trace here */
     int precision;       /* enum ms_precision (process-wide, like n_threads) */
+    const char *chat_template_file; /* a Jinja file used instead of the folder's template */
 } ms_engine_opts;
 
 /* Arithmetic of the products. EXACT keeps float32 activations (results
@@ -238,6 +239,50 @@ typedef struct ms_chat_opts {
     const char *reasoning_effort; /* gpt_oss: "low", "medium" (default), "high" */
     const char *date;             /* gpt_oss: "YYYY-MM-DD"; NULL = today */
 } ms_chat_opts;
+
+/* The checkpoint's own chat template (a Jinja template rendered by
+ * moestream's interpreter, byte-identical to transformers'
+ * apply_chat_template). Found, in this order: `file` when not NULL;
+ * MODEL_DIR/chat_template.jinja (which transformers lets win);
+ * `chat_template` of MODEL_DIR/tokenizer_config.json, a string or a list of
+ * {"name", "template"} (then the one named `name`, NULL = "default").
+ * bos_token / eos_token come from tokenizer_config.json when it has them.
+ * *out is NULL (and 0 returned) when the folder has no template; a template
+ * that does not parse is an error naming the file and line. model_dir may
+ * be NULL when file is given. Read-only once open: threads may share it. */
+typedef struct ms_chat_template ms_chat_template;
+int ms_chat_template_open(const char *model_dir, const char *file, const char *name,
+                          ms_chat_template **out, ms_error *err);
+void ms_chat_template_close(ms_chat_template *t);
+/* Where the template came from, e.g. "DIR/tokenizer_config.json chat_template". */
+const char *ms_chat_template_source(const ms_chat_template *t);
+
+typedef struct ms_template_opts {
+    int add_generation_prompt;
+    const char *bos_token, *eos_token; /* NULL: the folder's (undefined when it has none) */
+    int64_t now;          /* the time strftime_now formats (seconds, UTC); 0 = now */
+    int thinking;         /* 1/0: enable_thinking and thinking set for the template; -1 not */
+    const char *reasoning_effort; /* set as reasoning_effort when not NULL */
+} ms_template_opts;
+
+/* Renders an OpenAI chat request body (JSON text): its `messages` as they
+ * are, `tools` (None when absent), and the keys of `chat_template_kwargs`
+ * as template variables, as transformers' apply_chat_template(messages,
+ * tools=tools, add_generation_prompt=..., **kwargs) does. A variable the
+ * request sets wins over thinking / reasoning_effort of o. A template that
+ * raises fails with MS_E_ARG and the template's own message. */
+int ms_chat_template_render(const ms_chat_template *t, const char *request_json,
+                            const ms_template_opts *o, char **out, ms_error *err);
+
+/* The engine's chat template (opened with the engine, from
+ * opts.chat_template_file or the folder), or NULL when the folder has none. */
+const ms_chat_template *ms_engine_chat_template(const ms_engine *eng);
+
+/* The prompt of a conversation for the engine's model: through its chat
+ * template, or, when the folder has none, the built-in format of its family
+ * (ms_chat_render; messages read as role / content / reasoning_content). */
+int ms_chat_prompt(const ms_engine *eng, const char *request_json, const ms_template_opts *o,
+                   char **out, ms_error *err);
 
 /* Renders msgs in the chat format of a family (model_type) as its released
  * chat_template does. *out is malloc'd, NUL-terminated; the caller frees. */

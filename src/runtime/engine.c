@@ -185,7 +185,9 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
                           "AVX512-BF16, which this CPU lacks (its kernels: %s); use the "
                           "default exact precision", ms_kernels_exact()->name);
     }
-    if (ms_ckpt_open(model_dir, &eng->ck, err) ||
+    if (ms_chat_template_open(model_dir, opts->chat_template_file, NULL, &eng->chat_template,
+                              err) ||
+        ms_ckpt_open(model_dir, &eng->ck, err) ||
         !(eng->family = ms_family_find(eng->ck, err)) || load_model(eng, err) ||
         ms_engine_read_special_ids(eng, err)) {
         ms_engine_close(eng);
@@ -212,6 +214,7 @@ void ms_engine_close(ms_engine *eng)
     if (eng->trace)
         fclose(eng->trace);
     ms_ckpt_close(eng->ck); /* unmapping also releases the pinned pages */
+    ms_chat_template_close(eng->chat_template);
     free(eng->dense);
     free(eng);
 }

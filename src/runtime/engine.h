@@ -26,6 +26,7 @@ struct ms_engine {
     int n_dense;
     uint64_t pinned_bytes;
     FILE *trace;             /* expert routing trace, or NULL */
+    ms_chat_template *chat_template; /* the folder's (or the file's), NULL: none */
 };
 
 /* The engine behind a session (the session struct is private to session.c). */

