@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,4 +117,50 @@ int cli_parse_precision(const char *cmd, const char *v, int *precision)
     else
         return cli_usage_error(cmd, "--precision expects exact or fast, got \"%s\"", v);
     return 0;
+}
+
+/* The messages as an OpenAI request body; an answer's reasoning goes under
+ * both names templates read it by (reasoning_content: Qwen3, DeepSeek;
+ * thinking: gpt-oss). */
+static char *request_json(const ms_chat_msg *m, int n)
+{
+    json_t *msgs = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "role", json_string(m[i].role));
+        json_object_set_new(e, "content", json_string(m[i].content ? m[i].content : ""));
+        if (m[i].reasoning) {
+            json_object_set_new(e, "reasoning_content", json_string(m[i].reasoning));
+            json_object_set_new(e, "thinking", json_string(m[i].reasoning));
+        }
+        json_array_append_new(msgs, e);
+    }
+    json_t *req = json_object();
+    json_object_set_new(req, "messages", msgs);
+    char *s = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    return s;
+}
+
+int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int thinking,
+                    const char *effort, char **text, ms_error *err)
+{
+    static int said;
+    if (!ms_engine_chat_template(eng) && !said) {
+        said = 1;
+        fprintf(stderr, "moestream: the model folder has no chat template (no "
+                "chat_template.jinja, no chat_template in tokenizer_config.json): using the "
+                "built-in %s format\n", ms_engine_info(eng)->family);
+    }
+    char *req = request_json(m, n);
+    if (!req) {
+        snprintf(err->msg, sizeof err->msg, "out of memory building the chat request");
+        err->code = MS_E_NOMEM;
+        return -1;
+    }
+    ms_template_opts to = {.add_generation_prompt = 1, .thinking = thinking,
+                           .reasoning_effort = effort};
+    int rc = ms_chat_prompt(eng, req, &to, text, err);
+    free(req);
+    return rc;
 }

@@ -25,10 +25,18 @@ int cli_parse_precision(const char *cmd, const char *v, int *precision);
 /* Reads decimal token ids separated by white space; caller frees *ids. */
 int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
 
+/* The prompt of a conversation (role / content / reasoning messages) for
+ * the engine's model: its chat template (ms_chat_prompt), thinking and
+ * effort passed as template variables (thinking -1, effort NULL: the
+ * template's defaults). When the folder has no template, says once on
+ * stderr that the family's built-in format is used. */
+int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int thinking,
+                    const char *effort, char **text, ms_error *err);
+
 /* Options of run, logits and chat (opts.c). */
 typedef struct run_opts {
     const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
-    const char *system, *effort;
+    const char *system, *effort, *chat_template;
     int placement, no_prefetch, buffered, precision;
     int64_t ram, io_threads, cache_slots, reads;
     int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */

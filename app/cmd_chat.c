@@ -117,15 +117,13 @@ typedef struct chat_ctx {
 static int chat_turn(chat_ctx *cx, ms_error *err)
 {
     const ms_model_info *info = ms_engine_info(cx->eng);
-    ms_chat_opts co = {.add_generation_prompt = 1, .thinking = cx->o->thinking,
-                       .reasoning_effort = cx->o->effort};
     char *text = NULL;
     int32_t *ids = NULL;
     int64_t n = 0, reused = 0;
     ms_chat_parser *parser = NULL;
     turn t = {.ids = cx->o->ids, .hide_reasoning = cx->o->hide_reasoning};
     int rc = -1;
-    if (ms_chat_render(info->family, cx->c.m, cx->c.n, &co, &text, err) ||
+    if (cli_chat_prompt(cx->eng, cx->c.m, cx->c.n, cx->o->thinking, cx->o->effort, &text, err) ||
         ms_tokenizer_encode(cx->tok, text, strlen(text), 1, &ids, &n, err) ||
         ms_chat_parser_open(info->family, cx->o->thinking, &parser, err))
         goto out;

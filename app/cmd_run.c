@@ -53,10 +53,8 @@ static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **to
     const char *t = o->prompt_text;
     if (!o->raw) {
         ms_chat_msg m[2] = {{"system", o->system, NULL}, {"user", o->prompt_text, NULL}};
-        ms_chat_opts co = {.add_generation_prompt = 1, .thinking = o->thinking,
-                           .reasoning_effort = o->effort};
-        if (ms_chat_render(ms_engine_info(eng)->family, o->system ? m : m + 1,
-                           o->system ? 2 : 1, &co, &text, err))
+        if (cli_chat_prompt(eng, o->system ? m : m + 1, o->system ? 2 : 1, o->thinking,
+                            o->effort, &text, err))
             return -1;
         t = text;
     }

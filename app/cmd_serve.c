@@ -165,10 +165,9 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
         for (int i = 0; i < j->req.n_msgs; i++)
             m[i] = (ms_chat_msg){j->req.msgs[i].role, j->req.msgs[i].content,
                                  j->req.msgs[i].reasoning};
-        ms_chat_opts co = {.add_generation_prompt = 1, .thinking = job_thinking(sv, j),
-                           .reasoning_effort = j->req.reasoning_effort ? j->req.reasoning_effort
-                                                                       : sv->effort};
-        int rc = ms_chat_render(sv->info->family, m, j->req.n_msgs, &co, &text, &err);
+        int rc = cli_chat_prompt(sv->eng, m, j->req.n_msgs, job_thinking(sv, j),
+                                 j->req.reasoning_effort ? j->req.reasoning_effort : sv->effort,
+                                 &text, &err);
         free(m);
         if (rc)
             return srv_fail(e, err.code == MS_E_ARG ? 400 : 500,
@@ -662,10 +661,10 @@ int cmd_serve(int argc, char **argv)
     sv.info = ms_engine_info(sv.eng);
     sv.ctx = ms_session_ctx(sv.s);
     run_opts_sampling(&o, sv.eng, &sv.sampling);
-    {
+    if (!ms_engine_chat_template(sv.eng)) {
         ms_chat_msg m = {"user", "", NULL}; /* the family must have a chat format */
         char *t = NULL;
-        if (ms_chat_render(sv.info->family, &m, 1, NULL, &t, &err))
+        if (cli_chat_prompt(sv.eng, &m, 1, -1, NULL, &t, &err))
             goto out;
         free(t);
     }

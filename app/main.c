@@ -16,11 +16,11 @@ static const struct {
      "[--frequency-penalty F] [--ctx N] [--raw] [--ids] [--ignore-eos]\n"
      "                [--stats] [--threads N] [--precision exact|fast] [--system TEXT] [--think on|off] "
      "[--reasoning-effort E] [--hide-reasoning]\n"
-     "                [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
+     "                [--chat-template-file FILE] [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
      "[--no-prefetch] [--buffered] [--trace FILE] [--cache-slots N] [--reads N]"},
     {"chat", cmd_chat,
      "chat MODEL_DIR [--system TEXT] [--think on|off] [--reasoning-effort E] "
-     "[--hide-reasoning] [sampling, context and placement options as run]"},
+     "[--hide-reasoning] [--chat-template-file FILE] [sampling, context and placement options as run]"},
     {"logits", cmd_logits,
      "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--feed N] [--dump DIR] "
      "[--threads N]\n                [same placement options as run]"},
@@ -30,9 +30,12 @@ static const struct {
      "serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-body SIZE] "
      "[--queue N] [--name ID]\n                [--timeout S] [--keepalive S] [--ctx N] [-n N] "
      "[sampling, --think, "
-     "--reasoning-effort and placement options as run]"},
+     "--reasoning-effort, --chat-template-file and placement options as run]"},
     {"render", cmd_render,
-     "render --family MODEL_TYPE --messages FILE.json [--no-generation-prompt] "
+     "render (MODEL_DIR | --chat-template-file FILE) --request FILE [--bos-token S] "
+     "[--eos-token S] [--date YYYY-MM-DD]\n                [--no-generation-prompt] "
+     "[--template-name NAME] [--thinking on|off] [--reasoning-effort E]\n"
+     "       moestream render --family MODEL_TYPE --messages FILE.json [--no-generation-prompt] "
      "[--thinking on|off] [--reasoning-effort E] [--date YYYY-MM-DD]"},
     {"synth", cmd_synth,
      "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},

@@ -70,6 +70,10 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
         NUM_F("--presence-penalty", -2, 2, o->sampling.presence_penalty, o->have_presence)
         NUM_F("--frequency-penalty", -2, 2, o->sampling.frequency_penalty, o->have_freq)
         if ((v = cli_value(argc, argv, &i, "--system", &miss))) { o->system = v; continue; }
+        if ((v = cli_value(argc, argv, &i, "--chat-template-file", &miss))) {
+            o->chat_template = v;
+            continue;
+        }
         if ((v = cli_value(argc, argv, &i, "--reasoning-effort", &miss))) { o->effort = v; continue; }
         if ((v = cli_value(argc, argv, &i, "--think", &miss))) {
             if (strcmp(v, "on") && strcmp(v, "off"))
@@ -120,7 +124,7 @@ int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *
                          .cache_slots = (int)o->cache_slots, .reads = (int)o->reads,
                          .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
                          .buffered = o->buffered, .trace_path = o->trace,
-                         .precision = o->precision};
+                         .precision = o->precision, .chat_template_file = o->chat_template};
     ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
     if (ms_engine_open(o->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
         return -1;

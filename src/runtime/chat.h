@@ -1,5 +1,6 @@
-/* Chat formats, rendered in C per family, and the parser that splits a
- * model's output back into reasoning and answer.
+/* Built-in chat formats, rendered in C per family, used only for folders
+ * without a chat template (template.c renders the checkpoint's own), and
+ * the parser that splits a model's output back into reasoning and answer.
  *
  * Each renderer reproduces the checkpoint's own chat_template byte for byte
  * for conversations of system / user / assistant messages (tests compare

@@ -38,7 +38,7 @@ void ms_jinja_free(ms_jinja *t);
 
 typedef struct ms_jinja_env {
     int64_t now;         /* seconds since the epoch (UTC) that strftime_now formats */
-    int64_t max_steps;   /* 0: 50 million evaluation steps */
+    int64_t max_steps;   /* 0: 500 million evaluation steps */
     size_t max_output;   /* 0: 256 MiB */
 } ms_jinja_env;
 

@@ -809,6 +809,7 @@ static void exec_for(jctx *x, const jnode *n)
         s->vars.n = 0;
     }
     jloop *lp = jx_alloc(x, sizeof *lp);
+    memset(lp, 0, sizeof *lp);   /* has_changed must start at 0 (the region is not zeroed) */
     lp->items = items;
     lp->length = items->n;
     lp->depth = 1;
@@ -980,7 +981,7 @@ int ms_jinja_render(const ms_jinja *t, const json_t *vars, const ms_jinja_env *e
     x->r = &rs->r;
     x->err = err;
     x->name = t->name;
-    x->max_steps = env && env->max_steps > 0 ? env->max_steps : 50000000;
+    x->max_steps = env && env->max_steps > 0 ? env->max_steps : 500000000;
     x->max_output = env && env->max_output > 0 ? env->max_output : (size_t)256 << 20;
     x->now = env ? env->now : 0;
     x->scope = &rs->root;

@@ -88,8 +88,15 @@ int ms_chat_template_open(const char *model_dir, const char *file, const char *n
     if (model_dir) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", model_dir);
         if (exists(path)) {
-            if (ms_json_load_file(path, &cfg, err))
+            /* integers as reals: releases hold values past 64 bits there
+             * (model_max_length 1e30); only strings are read from it */
+            json_error_t je;
+            cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+            if (!cfg) {
+                ms_err_set(err, MS_E_ARG, "%s: invalid JSON at line %d column %d: %s", path,
+                           je.line, je.column, je.text);
                 goto out;
+            }
             t->bos = token_string(cfg, "bos_token");
             t->eos = token_string(cfg, "eos_token");
         }

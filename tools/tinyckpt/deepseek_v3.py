@@ -515,6 +515,7 @@ def main():
                     help="1 = single model.safetensors; else N-1 main shards + the MTP shard")
     ap.add_argument("--no-q-lora", action="store_true",
                     help="q_lora_rank null + q_proj (not the V3 release layout)")
+    ap.add_argument("--vocab", type=int, help="vocabulary size (a real tokenizer's)")
     ap.add_argument("--drop", action="append", default=[], metavar="TENSOR",
                     help="omit this tensor (repeatable), for negative loader tests")
     a = ap.parse_args()
@@ -530,6 +531,8 @@ def main():
     d = dict(PRESETS[a.preset])
     if a.no_q_lora:
         d["q_lora"] = None
+    if a.vocab:
+        d["vocab"] = a.vocab
     check_dims(d)
     generate(a, d, model_tensors(d, a.seed), make_config(d), generation_config(),
              SHARD_TOTAL_DIGITS)
