@@ -37,6 +37,9 @@ static const struct {
      "[--template-name NAME] [--thinking on|off] [--reasoning-effort E]\n"
      "       moestream render --family MODEL_TYPE --messages FILE.json [--no-generation-prompt] "
      "[--thinking on|off] [--reasoning-effort E] [--date YYYY-MM-DD]"},
+    {"parse", cmd_parse,
+     "parse (MODEL_DIR | --format harmony|qwen3|qwen3_coder|deepseek_v3|deepseek_v3_1|longcat) "
+     "--text-file FILE\n                [--tools FILE] [--opens-reasoning]"},
     {"synth", cmd_synth,
      "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},
     {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},

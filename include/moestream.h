@@ -256,6 +256,8 @@ int ms_chat_template_open(const char *model_dir, const char *file, const char *n
 void ms_chat_template_close(ms_chat_template *t);
 /* Where the template came from, e.g. "DIR/tokenizer_config.json chat_template". */
 const char *ms_chat_template_source(const ms_chat_template *t);
+/* Its Jinja source. */
+const char *ms_chat_template_text(const ms_chat_template *t);
 
 typedef struct ms_template_opts {
     int add_generation_prompt;
@@ -283,6 +285,41 @@ const ms_chat_template *ms_engine_chat_template(const ms_engine *eng);
  * (ms_chat_render; messages read as role / content / reasoning_content). */
 int ms_chat_prompt(const ms_engine *eng, const char *request_json, const ms_template_opts *o,
                    char **out, ms_error *err);
+
+/* ---- tool calls ---------------------------------------------------------------- */
+
+/* The tool-call syntaxes models are trained on:
+ *  HARMONY       gpt-oss: "<|channel|>commentary to=functions.NAME <|constrain|>json
+ *                <|message|>ARGS<|call|>", analysis channel = reasoning
+ *  QWEN3         "<tool_call>{"name": N, "arguments": {...}}</tool_call>", several
+ *  QWEN3_CODER   "<tool_call><function=N><parameter=K>V</parameter></function></tool_call>"
+ *  DEEPSEEK_V3   "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
+ *                \n```json\nARGS\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>" (V3, R1)
+ *  DEEPSEEK_V3_1 "<｜tool▁call▁begin｜>N<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>"
+ *  LONGCAT       "<longcat_tool_call>{"name", "arguments"}</longcat_tool_call>" */
+enum ms_tool_format {
+    MS_TOOLS_HARMONY = 1, MS_TOOLS_QWEN3, MS_TOOLS_QWEN3_CODER, MS_TOOLS_DEEPSEEK_V3,
+    MS_TOOLS_DEEPSEEK_V3_1, MS_TOOLS_LONGCAT,
+};
+/* "harmony", "qwen3", "qwen3_coder", "deepseek_v3", "deepseek_v3_1", "longcat" */
+int ms_tool_format_from_name(const char *name);   /* -1 when unknown */
+const char *ms_tool_format_name(int format);
+/* The format of a family, told apart by its chat template's text where the
+ * family has several (Qwen3 / Qwen3-Coder, DeepSeek-V3 / V3.1). */
+int ms_tool_format_for(const char *family, const char *template_text);
+/* The engine's format (its family and chat template). */
+int ms_engine_tool_format(const ms_engine *eng);
+
+/* Parses a whole response into the OpenAI assistant message, as JSON text:
+ * {"role": "assistant", "content": ..., "reasoning_content"?: ...,
+ * "tool_calls"?: [{"id": "call_N", "type": "function", "function": {"name",
+ * "arguments" (a JSON string)}}]}. tools_json (the request's tools, or
+ * NULL) gives parameter types where the syntax writes values as text
+ * (Qwen3-Coder). opens_reasoning: the prompt ended inside reasoning
+ * (a "<think>" generation prompt). A malformed call stays in content and
+ * *note (malloc'd, may be NULL) says what was wrong. */
+int ms_chat_parse(int format, const char *text, size_t len, const char *tools_json,
+                  int opens_reasoning, char **message_json, char **note, ms_error *err);
 
 /* Renders msgs in the chat format of a family (model_type) as its released
  * chat_template does. *out is malloc'd, NUL-terminated; the caller frees. */

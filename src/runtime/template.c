@@ -15,6 +15,7 @@
 
 struct ms_chat_template {
     ms_jinja *j;
+    char *text;          /* the source, to tell formats apart */
     char *bos, *eos;     /* NULL: not defined */
     char source[1024];
 };
@@ -164,6 +165,8 @@ int ms_chat_template_open(const char *model_dir, const char *file, const char *n
     }
     if (ms_jinja_parse(text, len, t->source, &t->j, err))
         goto out;
+    t->text = text;
+    text = NULL;
     *out = t;
     t = NULL;
     rc = 0;
@@ -179,6 +182,7 @@ void ms_chat_template_close(ms_chat_template *t)
     if (!t)
         return;
     ms_jinja_free(t->j);
+    free(t->text);
     free(t->bos);
     free(t->eos);
     free(t);
@@ -319,4 +323,15 @@ int ms_chat_prompt(const ms_engine *eng, const char *request_json, const ms_temp
 const ms_chat_template *ms_engine_chat_template(const ms_engine *eng)
 {
     return eng->chat_template;
+}
+
+int ms_engine_tool_format(const ms_engine *eng)
+{
+    return ms_tool_format_for(eng->info.family, eng->chat_template ? eng->chat_template->text
+                                                                   : NULL);
+}
+
+const char *ms_chat_template_text(const ms_chat_template *t)
+{
+    return t->text;
 }

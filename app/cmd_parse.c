@@ -1,0 +1,109 @@
+/* moestream parse: a model's output as the OpenAI assistant message it
+ * stands for (content, reasoning_content, tool_calls), in the tool-call
+ * syntax of a model folder or of a named format. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static char *slurp(const char *path, size_t *len, ms_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "%s: cannot open", path);
+        err->code = MS_E_IO;
+        return NULL;
+    }
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            char *p = realloc(buf, cap);
+            if (!p)
+                break;
+            buf = p;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        if (!k)
+            break;
+        n += k;
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* model_type of MODEL_DIR/config.json, and its chat template's source */
+static int folder_format(const char *dir, int *format, ms_error *err)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+    const char *family = json_string_value(json_object_get(cfg, "model_type"));
+    if (!family) {
+        snprintf(err->msg, sizeof err->msg, "%.700s: %.200s", path,
+                 cfg ? "no string \"model_type\"" : je.text);
+        err->code = MS_E_ARG;
+        json_decref(cfg);
+        return -1;
+    }
+    ms_chat_template *t = NULL;
+    if (ms_chat_template_open(dir, NULL, NULL, &t, err)) {
+        json_decref(cfg);
+        return -1;
+    }
+    *format = ms_tool_format_for(family, t ? ms_chat_template_text(t) : NULL);
+    ms_chat_template_close(t);
+    json_decref(cfg);
+    return 0;
+}
+
+int cmd_parse(int argc, char **argv)
+{
+    const char *dir = NULL, *fmt = NULL, *path = NULL, *tools_path = NULL;
+    int opens = 0;
+    for (int i = 1; i < argc; i++) {
+        int miss = 0;
+        const char *v;
+        if ((v = cli_value(argc, argv, &i, "--format", &miss))) fmt = v;
+        else if ((v = cli_value(argc, argv, &i, "--text-file", &miss))) path = v;
+        else if ((v = cli_value(argc, argv, &i, "--tools", &miss))) tools_path = v;
+        else if (miss) return cli_usage_error("parse", "%s needs a value", argv[i]);
+        else if (!strcmp(argv[i], "--opens-reasoning")) opens = 1;
+        else if (argv[i][0] != '-' && !dir) dir = argv[i];
+        else return cli_usage_error("parse", "unexpected argument \"%s\"", argv[i]);
+    }
+    if ((!dir == !fmt) || !path)
+        return cli_usage_error("parse", "needs MODEL_DIR or --format NAME, and --text-file FILE");
+    ms_error err = {0};
+    int format = fmt ? ms_tool_format_from_name(fmt) : 0;
+    if (fmt && format < 0)
+        return cli_usage_error("parse", "--format expects harmony, qwen3, qwen3_coder, "
+                               "deepseek_v3, deepseek_v3_1 or longcat, not \"%s\"", fmt);
+    if (dir && folder_format(dir, &format, &err))
+        return cli_fail(&err);
+    if (dir)
+        fprintf(stderr, "moestream parse: %s tool-call format\n", ms_tool_format_name(format));
+    size_t len = 0, tl = 0;
+    char *text = slurp(path, &len, &err), *tools = NULL, *msg = NULL, *note = NULL;
+    int rc = 0;
+    if (!text || (tools_path && !(tools = slurp(tools_path, &tl, &err))) ||
+        ms_chat_parse(format, text, len, tools, opens, &msg, &note, &err)) {
+        rc = cli_fail(&err);
+    } else {
+        if (note)
+            fprintf(stderr, "moestream parse: note: %s\n", note);
+        printf("%s\n", msg);
+    }
+    free(text);
+    free(tools);
+    free(msg);
+    free(note);
+    return rc;
+}
