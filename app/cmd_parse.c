@@ -67,7 +67,7 @@ static int folder_format(const char *dir, int *format, ms_error *err)
 int cmd_parse(int argc, char **argv)
 {
     const char *dir = NULL, *fmt = NULL, *path = NULL, *tools_path = NULL;
-    int opens = 0;
+    int opens = 0, partial = 0;
     for (int i = 1; i < argc; i++) {
         int miss = 0;
         const char *v;
@@ -76,6 +76,7 @@ int cmd_parse(int argc, char **argv)
         else if ((v = cli_value(argc, argv, &i, "--tools", &miss))) tools_path = v;
         else if (miss) return cli_usage_error("parse", "%s needs a value", argv[i]);
         else if (!strcmp(argv[i], "--opens-reasoning")) opens = 1;
+        else if (!strcmp(argv[i], "--partial")) partial = 1;
         else if (argv[i][0] != '-' && !dir) dir = argv[i];
         else return cli_usage_error("parse", "unexpected argument \"%s\"", argv[i]);
     }
@@ -94,7 +95,9 @@ int cmd_parse(int argc, char **argv)
     char *text = slurp(path, &len, &err), *tools = NULL, *msg = NULL, *note = NULL;
     int rc = 0;
     if (!text || (tools_path && !(tools = slurp(tools_path, &tl, &err))) ||
-        ms_chat_parse(format, text, len, tools, opens, &msg, &note, &err)) {
+        ms_chat_parse(format, text, len, tools,
+                      (opens ? MS_PARSE_OPENS_REASONING : 0) | (partial ? MS_PARSE_PARTIAL : 0),
+                      &msg, &note, &err)) {
         rc = cli_fail(&err);
     } else {
         if (note)

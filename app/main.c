@@ -39,7 +39,7 @@ static const struct {
      "[--thinking on|off] [--reasoning-effort E] [--date YYYY-MM-DD]"},
     {"parse", cmd_parse,
      "parse (MODEL_DIR | --format harmony|qwen3|qwen3_coder|deepseek_v3|deepseek_v3_1|longcat) "
-     "--text-file FILE\n                [--tools FILE] [--opens-reasoning]"},
+     "--text-file FILE\n                [--tools FILE] [--opens-reasoning] [--partial]"},
     {"synth", cmd_synth,
      "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},
     {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},

@@ -310,16 +310,24 @@ int ms_tool_format_for(const char *family, const char *template_text);
 /* The engine's format (its family and chat template). */
 int ms_engine_tool_format(const ms_engine *eng);
 
-/* Parses a whole response into the OpenAI assistant message, as JSON text:
+/* Parses a response into the OpenAI assistant message, as JSON text:
  * {"role": "assistant", "content": ..., "reasoning_content"?: ...,
  * "tool_calls"?: [{"id": "call_N", "type": "function", "function": {"name",
  * "arguments" (a JSON string)}}]}. tools_json (the request's tools, or
  * NULL) gives parameter types where the syntax writes values as text
- * (Qwen3-Coder). opens_reasoning: the prompt ended inside reasoning
- * (a "<think>" generation prompt). A malformed call stays in content and
- * *note (malloc'd, may be NULL) says what was wrong. */
-int ms_chat_parse(int format, const char *text, size_t len, const char *tools_json,
-                  int opens_reasoning, char **message_json, char **note, ms_error *err);
+ * (Qwen3-Coder). Flags: MS_PARSE_OPENS_REASONING, the prompt ended inside
+ * reasoning (a "<think>" generation prompt); MS_PARSE_PARTIAL, the text is
+ * a prefix of a response still being generated: a call not yet closed and
+ * a trailing piece of a marker are left out instead of being read as text
+ * (content and reasoning only grow as text is added, for streaming). A
+ * malformed call stays in content and *note (malloc'd, may be NULL) says
+ * what was wrong. */
+enum { MS_PARSE_OPENS_REASONING = 1, MS_PARSE_PARTIAL = 2 };
+int ms_chat_parse(int format, const char *text, size_t len, const char *tools_json, int flags,
+                  char **message_json, char **note, ms_error *err);
+/* Whether a rendered prompt leaves the model inside reasoning (it ends with
+ * "<think>" or "<longcat_think>", maybe followed by a newline). */
+int ms_chat_prompt_opens_reasoning(const char *prompt);
 
 /* Renders msgs in the chat format of a family (model_type) as its released
  * chat_template does. *out is malloc'd, NUL-terminated; the caller frees. */

@@ -82,6 +82,7 @@ static piece trim(piece s, const char *chars)
 typedef struct out {
     json_t *content, *reasoning;   /* strings being built, or NULL */
     json_t *calls;
+    int partial;                   /* a prefix: an unclosed call is pending, not text */
     char note[512];
 } out;
 
@@ -174,6 +175,8 @@ static void harmony(out *o, piece s)
     while (s.n) {
         if (in_header) {
             const char *m = find(s, "<|message|>");
+            if (!m && o->partial)
+                return; /* the header is still being written */
             if (!m) {
                 noted(o, "a Harmony header without <|message|>: kept as text (%s)", "header");
                 add_text(&o->content, s);
@@ -204,6 +207,8 @@ static void harmony(out *o, piece s)
                     k++;
                 chan.n = k;
             }
+            if (to && !e && o->partial)
+                return; /* a call still being written */
             if (to) {
                 piece r = after(h, to, 3);
                 size_t k = 0;
@@ -253,6 +258,8 @@ static void json_calls(out *o, piece s, const char *open, const char *close)
         add_text(&o->content, trim(before(s, b), "\n"));
         piece rest = after(s, b, strlen(open));
         const char *e = find(rest, close);
+        if (!e && o->partial)
+            return;
         piece body = e ? before(rest, e) : rest;
         json_t *j = parse_json(trim(body, " \n\t"));
         const char *name = json_string_value(json_object_get(j, "name"));
@@ -306,6 +313,8 @@ static void coder_calls(out *o, piece s, const json_t *tools)
         add_text(&o->content, trim(before(s, b), "\n"));
         piece rest = after(s, b, strlen("<tool_call>"));
         const char *e = find(rest, "</tool_call>");
+        if (!e && o->partial)
+            return;
         piece body = e ? before(rest, e) : rest;
         const char *f = find(body, "<function=");
         const char *gt = f ? memchr(f, '>', (size_t)(body.p + body.n - f)) : NULL;
@@ -377,6 +386,8 @@ static void deepseek_calls(out *o, piece s, int v31)
     add_text(&o->content, trim(before(s, b), "\n"));
     piece rest = after(s, b, strlen(DS_CALLS_BEGIN));
     const char *end = find(rest, DS_CALLS_END);
+    if (!end && o->partial)
+        return;
     if (end)
         rest = before(rest, end);
     for (;;) {
@@ -425,9 +436,43 @@ static void deepseek_calls(out *o, piece s, int v31)
 
 /* ---- entry point ------------------------------------------------------------------------ */
 
-int ms_chat_parse(int format, const char *text, size_t len, const char *tools_json,
-                  int opens_reasoning, char **message_json, char **note, ms_error *err)
+/* The markers of each syntax, for leaving out a trailing piece of one. */
+static const char *const harmony_markers[] = {"<|start|>", "<|channel|>", "<|message|>",
+    "<|end|>", "<|call|>", "<|return|>", "<|constrain|>", NULL};
+static const char *const qwen_markers[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<|im_end|>", "<|endoftext|>", NULL};
+static const char *const ds_markers[] = {"<think>", "</think>", DS_CALLS_BEGIN, DS_EOS, NULL};
+static const char *const lc_markers[] = {"<longcat_think>", "</longcat_think>",
+    "<longcat_tool_call>", "</longcat_s>", NULL};
+
+static size_t without_marker_piece(const char *s, size_t n, const char *const *mk)
 {
+    size_t cut = n;
+    for (int i = 0; mk[i]; i++) {
+        size_t ml = strlen(mk[i]);
+        for (size_t k = ml - 1 < n ? ml - 1 : n; k > 0; k--)
+            if (!memcmp(s + n - k, mk[i], k)) {
+                if (n - k < cut)
+                    cut = n - k;
+                break;
+            }
+    }
+    return cut;
+}
+
+int ms_chat_prompt_opens_reasoning(const char *prompt)
+{
+    size_t n = strlen(prompt);
+    while (n && (prompt[n - 1] == '\n' || prompt[n - 1] == ' '))
+        n--;
+    return (n >= 7 && !memcmp(prompt + n - 7, "<think>", 7)) ||
+           (n >= 15 && !memcmp(prompt + n - 15, "<longcat_think>", 15));
+}
+
+int ms_chat_parse(int format, const char *text, size_t len, const char *tools_json, int flags,
+                  char **message_json, char **note, ms_error *err)
+{
+    int opens_reasoning = (flags & MS_PARSE_OPENS_REASONING) != 0;
     *message_json = NULL;
     if (note)
         *note = NULL;
@@ -439,7 +484,12 @@ int ms_chat_parse(int format, const char *text, size_t len, const char *tools_js
             return ms_err_set(err, MS_E_ARG, "tools: expected a JSON list of tools");
         }
     }
-    out o = {.calls = json_array()};
+    out o = {.calls = json_array(), .partial = (flags & MS_PARSE_PARTIAL) != 0};
+    const char *const *mk = format == MS_TOOLS_HARMONY ? harmony_markers
+                          : format == MS_TOOLS_DEEPSEEK_V3 || format == MS_TOOLS_DEEPSEEK_V3_1
+                          ? ds_markers : format == MS_TOOLS_LONGCAT ? lc_markers : qwen_markers;
+    if (o.partial)
+        len = without_marker_piece(text, len, mk);
     piece s = {text, len};
     static const char *const qwen_ends[] = {"<|im_end|>", "<|endoftext|>", NULL};
     static const char *const ds_ends[] = {DS_EOS, NULL};

@@ -63,6 +63,46 @@ P
   [ -z "$why" ] && pass "parse_$name" || fail "parse_$name" "$why"
 done
 
+# streaming: over prefixes of each well-formed case, --partial gives content
+# and reasoning that are prefixes of the final ones (they only grow), and
+# tool calls only once closed, as a prefix of the final list
+for t in "$D"/*.txt; do
+  name=$(basename "$t" .txt)
+  grep -q '"note": true' "$D/$name.want.json" && continue
+  case $name in
+    harmony_*) fmt=harmony ;; qwen3_coder_*) fmt=qwen3_coder ;; qwen3_*) fmt=qwen3 ;;
+    deepseek_v3_1_*) fmt=deepseek_v3_1 ;; deepseek_v3_*) fmt=deepseek_v3 ;; longcat_*) fmt=longcat ;;
+  esac
+  extra=()
+  [ -f "$D/$name.tools.json" ] && extra+=(--tools "$D/$name.tools.json")
+  grep -q '"opens_reasoning": true' "$D/$name.want.json" && extra+=(--opens-reasoning)
+  why=$($PY - "$BIN" "$fmt" "$t" "$W/prefix.txt" "${extra[@]}" <<'P'
+import json, subprocess, sys
+bin_, fmt, path, tmp, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+data = open(path, "rb").read()
+def parse(b, partial):
+    open(tmp, "wb").write(b)
+    r = subprocess.run([bin_, "parse", "--format", fmt, "--text-file", tmp] + extra +
+                       (["--partial"] if partial else []), capture_output=True)
+    if r.returncode:
+        raise SystemExit("exit %d on a prefix: %s" % (r.returncode, r.stderr.decode()))
+    return json.loads(r.stdout)
+final = parse(data, False)
+cuts = [i for i in range(len(data) + 1) if i == len(data) or (data[i] & 0xC0) != 0x80]
+for i in cuts[::5] + [len(data)]:
+    m = parse(data[:i], True)
+    for k in ("content", "reasoning_content"):
+        a, b = m.get(k) or "", final.get(k) or ""
+        if not b.startswith(a):
+            raise SystemExit("at byte %d %s %r is not a prefix of %r" % (i, k, a, b))
+    calls, fc = m.get("tool_calls", []), final.get("tool_calls", [])
+    if calls != fc[:len(calls)]:
+        raise SystemExit("at byte %d calls %r are not a prefix of %r" % (i, calls, fc))
+P
+)
+  [ -z "$why" ] && pass "partial_prefixes_$name" || fail "partial_prefixes_$name" "$why"
+done
+
 # the format of a folder: family + chat template
 TD=
 for d in ${MS_TEMPLATES:-} ../shared/templates /work/shared/templates; do [ -d "$d" ] && { TD=$d; break; }; done
