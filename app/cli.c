@@ -142,25 +142,29 @@ static char *request_json(const ms_chat_msg *m, int n)
     return s;
 }
 
-int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int thinking,
-                    const char *effort, char **text, ms_error *err)
+int cli_chat_prompt_json(const ms_engine *eng, const char *request_json, int thinking,
+                         const char *effort, char **text, ms_error *err)
 {
     static int said;
-    if (!ms_engine_chat_template(eng) && !said) {
-        said = 1;
+    if (!ms_engine_chat_template(eng) && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
         fprintf(stderr, "moestream: the model folder has no chat template (no "
                 "chat_template.jinja, no chat_template in tokenizer_config.json): using the "
                 "built-in %s format\n", ms_engine_info(eng)->family);
-    }
+    ms_template_opts to = {.add_generation_prompt = 1, .thinking = thinking,
+                           .reasoning_effort = effort};
+    return ms_chat_prompt(eng, request_json, &to, text, err);
+}
+
+int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int thinking,
+                    const char *effort, char **text, ms_error *err)
+{
     char *req = request_json(m, n);
     if (!req) {
         snprintf(err->msg, sizeof err->msg, "out of memory building the chat request");
         err->code = MS_E_NOMEM;
         return -1;
     }
-    ms_template_opts to = {.add_generation_prompt = 1, .thinking = thinking,
-                           .reasoning_effort = effort};
-    int rc = ms_chat_prompt(eng, req, &to, text, err);
+    int rc = cli_chat_prompt_json(eng, req, thinking, effort, text, err);
     free(req);
     return rc;
 }

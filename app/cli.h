@@ -32,6 +32,9 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
  * stderr that the family's built-in format is used. */
 int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int thinking,
                     const char *effort, char **text, ms_error *err);
+/* The same for an OpenAI request body already as JSON text. */
+int cli_chat_prompt_json(const ms_engine *eng, const char *request_json, int thinking,
+                         const char *effort, char **text, ms_error *err);
 
 /* Options of run, logits and chat (opts.c). */
 typedef struct run_opts {

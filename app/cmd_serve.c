@@ -36,6 +36,7 @@
  * server stops and the command exits with status 0. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <signal.h>
@@ -159,20 +160,14 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     char *text = NULL;
     const char *t = j->req.prompt;
     if (j->req.kind == SRV_CHAT) {
-        ms_chat_msg *m = calloc((size_t)j->req.n_msgs, sizeof *m);
-        if (!m)
-            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        for (int i = 0; i < j->req.n_msgs; i++)
-            m[i] = (ms_chat_msg){j->req.msgs[i].role, j->req.msgs[i].content,
-                                 j->req.msgs[i].reasoning};
-        int rc = cli_chat_prompt(sv->eng, m, j->req.n_msgs, job_thinking(sv, j),
-                                 j->req.reasoning_effort ? j->req.reasoning_effort : sv->effort,
-                                 &text, &err);
-        free(m);
+        int rc = cli_chat_prompt_json(sv->eng, j->req.chat_json, job_thinking(sv, j),
+                                      j->req.reasoning_effort ? j->req.reasoning_effort
+                                                              : sv->effort, &text, &err);
         if (rc)
             return srv_fail(e, err.code == MS_E_ARG ? 400 : 500,
                             err.code == MS_E_ARG ? "invalid_request_error" : "server_error",
                             "messages", NULL, "%s", err.msg);
+        j->opens_reasoning = ms_chat_prompt_opens_reasoning(text);
         t = text;
     }
     int rc = ms_tokenizer_encode(sv->tok, t, strlen(t), 1, &j->ids, &j->n_ids, &err);
@@ -266,6 +261,13 @@ typedef struct gen {
     int32_t *ids;
     int64_t n_ids, cap_ids;
     int stop_hit;
+    /* tools offered: the raw text is parsed (partially while streaming) */
+    int tools, format;
+    strbuf raw;
+    size_t sent_content, sent_reasoning;
+    /* logprobs: entries of tokens not yet sent (stream) or all (not stream) */
+    json_t *lp_pending;
+    int64_t text_offset;
 } gen;
 
 static void emit_json(gen *g, json_t *o)
@@ -298,10 +300,108 @@ static json_t *chunk(gen *g, json_t *delta_or_text, const char *finish)
     return o;
 }
 
+static void stream_parsed(gen *g, int final, json_t **message);
+
+/* A chunk carrying the logprob entries of the tokens not yet reported. */
+static json_t *with_logprobs(gen *g, json_t *c)
+{
+    if (!g->lp_pending || !c || !json_array_size(g->lp_pending))
+        return c;
+    json_t *choice = json_array_get(json_object_get(c, "choices"), 0);
+    if (g->chat) {
+        /* the entries move into the chunk; a fresh list takes the next ones */
+        json_object_set_new(choice, "logprobs", json_pack("{s:o, s:n}", "content", g->lp_pending,
+                                                          "refusal"));
+        g->lp_pending = json_array();
+        return c;
+    } else {
+        /* completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"} */
+        json_t *toks = json_array(), *lps = json_array(), *tops = json_array(),
+               *offs = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(g->lp_pending, i, e) {
+            json_array_append(toks, json_object_get(e, "token"));
+            json_array_append(lps, json_object_get(e, "logprob"));
+            json_t *t = json_object(), *alt;
+            size_t k;
+            json_array_foreach(json_object_get(e, "top_logprobs"), k, alt)
+                json_object_set(t, json_string_value(json_object_get(alt, "token")),
+                                json_object_get(alt, "logprob"));
+            json_array_append_new(tops, t);
+            json_array_append_new(offs, json_integer(g->text_offset));
+            g->text_offset += (json_int_t)json_string_length(json_object_get(e, "token"));
+        }
+        json_object_set_new(choice, "logprobs",
+                            json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs",
+                                      lps, "top_logprobs", tops, "text_offset", offs));
+    }
+    json_array_clear(g->lp_pending);
+    return c;
+}
+
+/* {"token", "logprob", "bytes"} of one id under log-softmax(logits). */
+static json_t *lp_entry(const ms_tokenizer *tok, int32_t id, double lp)
+{
+    char *text = NULL;
+    size_t len = 0;
+    ms_error err = {0};
+    if (ms_tokenizer_decode(tok, &id, 1, &text, &len, &err))
+        len = 0;
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)text[i]));
+    json_t *e = json_pack("{s:o, s:f, s:o}", "token", jstr(text ? text : "", len), "logprob", lp,
+                          "bytes", bytes);
+    free(text);
+    return e;
+}
+
+/* The logprob of the sampled id and the top alternatives, from the logits
+ * it was sampled from (the model's, before temperature and penalties). */
+static void add_logprobs(gen *g, int32_t id)
+{
+    const float *l = ms_session_logits(g->sv->s);
+    int32_t n = g->sv->info->vocab_size, lim = ms_tokenizer_n_ids(g->sv->tok);
+    if (lim < n)
+        n = lim;
+    double mx = -INFINITY, sum = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (l[i] > mx)
+            mx = l[i];
+    for (int32_t i = 0; i < n; i++)
+        sum += exp((double)l[i] - mx);
+    double lse = mx + log(sum);
+    json_t *e = lp_entry(g->sv->tok, id, id < n ? (double)l[id] - lse : -INFINITY);
+    json_t *top = json_array();
+    int k = g->j->req.top_logprobs;
+    int32_t best[20];
+    for (int t = 0; t < k && t < n; t++) {
+        int32_t b = -1;
+        for (int32_t i = 0; i < n; i++) {
+            int taken = 0;
+            for (int u = 0; u < t && !taken; u++)
+                taken = best[u] == i;
+            if (!taken && (b < 0 || l[i] > l[b]))
+                b = i;
+        }
+        best[t] = b;
+        json_array_append_new(top, lp_entry(g->sv->tok, b, (double)l[b] - lse));
+    }
+    json_object_set_new(e, "top_logprobs", top);
+    json_array_append_new(g->lp_pending, e);
+}
+
 static void out_text(gen *g, int chan, const char *s, size_t n)
 {
     if (!n)
         return;
+    if (g->tools) {
+        sb_add(&g->raw, s, n);
+        if (g->stream)
+            stream_parsed(g, 0, NULL);
+        return;
+    }
     if (!g->stream) {
         sb_add(chan == MS_CHAT_REASONING ? &g->reasoning : &g->content, s, n);
         return;
@@ -309,7 +409,63 @@ static void out_text(gen *g, int chan, const char *s, size_t n)
     json_t *t = jstr(s, n);
     if (g->chat)
         t = json_pack("{s:o}", chan == MS_CHAT_REASONING ? "reasoning_content" : "content", t);
-    emit_json(g, chunk(g, t, NULL));
+    emit_json(g, with_logprobs(g, chunk(g, t, NULL)));
+}
+
+/* The response parsed for its tool calls: while streaming (final 0), the
+ * content and reasoning grown since the last call are sent; at the end
+ * (final 1) the rest, then each call, and *message gets the whole message
+ * (when not streaming). Calls get ids unique to this request. */
+static void stream_parsed(gen *g, int final, json_t **message)
+{
+    char *js = NULL, *note = NULL;
+    ms_error err = {0};
+    int flags = (g->j->opens_reasoning ? MS_PARSE_OPENS_REASONING : 0) |
+                (final ? 0 : MS_PARSE_PARTIAL);
+    if (ms_chat_parse(g->format, g->raw.p ? g->raw.p : "", g->raw.n, g->j->req.tools_json,
+                      flags, &js, &note, &err))
+        return;
+    json_t *m = json_loads(js, 0, NULL);
+    free(js);
+    if (note && final)
+        fprintf(stderr, "serve: %s: %s\n", g->j->id, note);
+    free(note);
+    if (!m)
+        return;
+    json_t *calls = json_object_get(m, "tool_calls");
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        char id[96];
+        const char *hex = strchr(g->j->id, '-');
+        snprintf(id, sizeof id, "call_%.48s%zu", hex ? hex + 1 : g->j->id, i);
+        json_object_set_new(c, "id", json_string(id));
+    }
+    if (!g->stream) {
+        *message = m;
+        return;
+    }
+    static const char *const keys[2] = {"reasoning_content", "content"};
+    size_t *sent[2] = {&g->sent_reasoning, &g->sent_content};
+    for (int k = 0; k < 2; k++) {
+        const char *v = json_string_value(json_object_get(m, keys[k]));
+        size_t n = v ? strlen(v) : 0;
+        if (n > *sent[k]) {
+            json_t *d = json_pack("{s:o}", keys[k], jstr(v + *sent[k], n - *sent[k]));
+            emit_json(g, with_logprobs(g, chunk(g, d, NULL)));
+            *sent[k] = n;
+        }
+    }
+    if (final)
+        json_array_foreach(calls, i, c) {
+            json_object_set_new(c, "index", json_integer((json_int_t)i));
+            json_t *d = json_pack("{s:[O]}", "tool_calls", c);
+            emit_json(g, chunk(g, d, NULL));
+        }
+    if (final && message)
+        *message = m;
+    else
+        json_decref(m);
 }
 
 /* Answer text through the stop sequences: emits what can no longer be the
@@ -356,6 +512,8 @@ static void on_text(void *ctx, int chan, const char *s, size_t n)
 static void on_id(void *ctx, int32_t id)
 {
     gen *g = ctx;
+    if (g->lp_pending)
+        add_logprobs(g, id);
     if (g->n_ids == g->cap_ids) {
         int64_t cap = g->cap_ids ? 2 * g->cap_ids : 64;
         int32_t *p = realloc(g->ids, sizeof *p * (size_t)cap);
@@ -403,7 +561,11 @@ static void run_job(srv *sv, srv_job *j)
     ms_error err = {0};
     ms_sampler *smp = NULL;
     ms_chat_parser *parser = NULL;
-    gen g = {.sv = sv, .j = j, .chat = j->req.kind == SRV_CHAT, .stream = j->req.stream};
+    json_t *message = NULL;
+    gen g = {.sv = sv, .j = j, .chat = j->req.kind == SRV_CHAT, .stream = j->req.stream,
+             .tools = j->req.kind == SRV_CHAT && j->req.tools_json != NULL,
+             .format = ms_engine_tool_format(sv->eng),
+             .lp_pending = j->req.logprobs ? json_array() : NULL};
     int64_t reused = 0;
     if (sv->no_reuse)
         ms_session_truncate(sv->s, 0, &err);
@@ -420,13 +582,16 @@ static void run_job(srv *sv, srv_job *j)
     if (r->have_top_k) sp.top_k = (int32_t)r->top_k;
     if (r->have_presence) sp.presence_penalty = (float)r->presence_penalty;
     if (r->have_frequency) sp.frequency_penalty = (float)r->frequency_penalty;
+    if (r->have_min_p) sp.min_p = (float)r->min_p;
+    if (r->have_repeat) sp.repetition_penalty = (float)r->repeat_penalty;
     if (r->have_seed)
         sp.seed = r->seed;
     else if (!sv->have_seed) /* no seed anywhere: a different draw each time */
         sp.seed = (uint64_t)(now_s() * 1e9) ^ ((uint64_t)j->created << 20) ^
                   (uint64_t)(uintptr_t)j;
     if (ms_sampler_open(&sp, sv->info->vocab_size, &smp, &err) ||
-        (g.chat && ms_chat_parser_open(sv->info->family, job_thinking(sv, j), &parser, &err))) {
+        (g.chat && !g.tools &&
+         ms_chat_parser_open(sv->info->family, job_thinking(sv, j), &parser, &err))) {
         fail_job(&g, 500, "server_error", NULL, err.msg);
         goto out;
     }
@@ -448,7 +613,11 @@ static void run_job(srv *sv, srv_job *j)
     }
     if (!g.stop_hit && g.pending.n) /* a partial stop sequence that never completed */
         out_text(&g, MS_CHAT_ANSWER, g.pending.p, g.pending.n);
-    const char *finish = g.stop_hit || gr.stop == MS_STOP_EOS ? "stop" : "length";
+    if (g.tools)
+        stream_parsed(&g, 1, &message);
+    int called = json_array_size(json_object_get(message, "tool_calls")) > 0;
+    const char *finish = called && gr.stop != MS_STOP_LENGTH ? "tool_calls"
+                       : g.stop_hit || gr.stop == MS_STOP_EOS ? "stop" : "length";
     int cancelled = gr.stop == MS_STOP_CANCEL && !g.stop_hit;
     fprintf(stderr, "serve: %s: %lld prompt tokens (%lld reused), %lld generated, %s, "
                 "%.3f s\n", j->id, (long long)j->n_ids, (long long)reused,
@@ -460,7 +629,7 @@ static void run_job(srv *sv, srv_job *j)
         goto out;
     }
     if (g.stream) {
-        json_t *c = chunk(&g, g.chat ? json_object() : json_string(""), finish);
+        json_t *c = with_logprobs(&g, chunk(&g, g.chat ? json_object() : json_string(""), finish));
         json_object_set_new(c, "moestream", ids_json(&g, reused));
         emit_json(&g, c);
         if (r->include_usage) {
@@ -476,9 +645,10 @@ static void run_job(srv *sv, srv_job *j)
     }
     json_t *choice;
     if (g.chat) {
-        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+        json_t *msg = message ? json_incref(message)
+                    : json_pack("{s:s, s:o}", "role", "assistant", "content",
                                 jstr(g.content.p ? g.content.p : "", g.content.n));
-        if (g.reasoning.n)
+        if (!message && g.reasoning.n)
             json_object_set_new(msg, "reasoning_content", jstr(g.reasoning.p, g.reasoning.n));
         choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
                            "finish_reason", finish);
@@ -486,6 +656,12 @@ static void run_job(srv *sv, srv_job *j)
         choice = json_pack("{s:o, s:i, s:n, s:s}", "text",
                            jstr(g.content.p ? g.content.p : "", g.content.n), "index", 0,
                            "logprobs", "finish_reason", finish);
+    }
+    if (g.lp_pending) { /* the whole list, in the choice */
+        json_t *wrap = json_pack("{s:[o]}", "choices", choice);
+        with_logprobs(&g, wrap);
+        json_incref(choice);
+        json_decref(wrap);
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
                           g.chat ? "chat.completion" : "text_completion", "created",
@@ -498,6 +674,9 @@ static void run_job(srv *sv, srv_job *j)
     else
         fail_job(&g, 500, "server_error", NULL, "out of memory building the response");
 out:
+    json_decref(message);
+    json_decref(g.lp_pending);
+    free(g.raw.p);
     free(g.content.p);
     free(g.reasoning.p);
     free(g.pending.p);

@@ -55,10 +55,23 @@ typedef struct srv_request {
     int ignore_eos;              /* vLLM's extension */
     int thinking;                /* chat_template_kwargs.enable_thinking; -1 default */
     char *reasoning_effort;      /* "low", "medium", "high", or NULL */
+    int have_min_p, have_repeat;
+    double min_p, repeat_penalty; /* extensions (llama.cpp / vLLM names) */
+    char *chat_json;             /* chat: {"messages", "tools"?, "chat_template_kwargs"?}
+                                  * as the template renders it */
+    char *tools_json;            /* the tools offered (rendered), or NULL */
+    int logprobs, top_logprobs;  /* logprobs asked; alternatives per token (0..20) */
 } srv_request;
 
 /* Parses and validates a request body of /v1/chat/completions (SRV_CHAT) or
- * /v1/completions (SRV_COMPLETION). Unknown fields are ignored; malformed
+ * /v1/completions (SRV_COMPLETION). Fields of the OpenAI API this server
+ * does not implement are refused with a 400 naming them; fields clients
+ * send by habit whose absence of effect changes nothing (user, metadata,
+ * store, parallel_tool_calls, service_tier, ...) and fields unknown to the
+ * API are ignored. Chat messages are normalized for the chat template:
+ * content parts joined, a null content "", tool-call arguments sent as a
+ * JSON string parsed into the object templates expect, reasoning_content
+ * also given as "thinking" (gpt-oss's name). Malformed
  * JSON, wrong types, values out of range and missing required fields fill *e
  * (status 400) and return -1. On success *r owns its strings; free it with
  * srv_request_free (also safe after a failure). */
@@ -87,6 +100,7 @@ struct srv_job {
     srv_request req;
     int32_t *ids;              /* the prompt */
     int64_t n_ids;
+    int opens_reasoning;       /* the rendered prompt ends inside reasoning ("<think>") */
     char id[48];               /* "chatcmpl-..." / "cmpl-..." */
     int64_t created;
     double t_start;

@@ -80,6 +80,8 @@ void srv_request_free(srv_request *r)
     free(r->prompt);
     free(r->model);
     free(r->reasoning_effort);
+    free(r->chat_json);
+    free(r->tools_json);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     memset(r, 0, sizeof *r);
@@ -218,7 +220,54 @@ static int get_content(const json_t *v, const char *param, char **out, srv_err *
     return 0;
 }
 
-static int get_messages(const json_t *root, srv_request *r, srv_err *e)
+/* An assistant message's tool_calls, normalized: arguments sent as a JSON
+ * string become the object they encode (templates iterate them). */
+static int get_tool_calls(const json_t *v, const char *at, json_t **out, srv_err *e)
+{
+    char param[160];
+    if (!json_is_array(v))
+        return bad_type(e, at, "an array", v);
+    *out = json_array();
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *c = json_array_get(v, i), *f, *name, *args;
+        snprintf(param, sizeof param, "%s[%zu]", at, i);
+        if (!json_is_object(c))
+            return bad_type(e, param, "an object", c);
+        f = json_object_get(c, "function");
+        snprintf(param, sizeof param, "%s[%zu].function", at, i);
+        if (!json_is_object(f))
+            return bad_type(e, param, "an object", f ? f : json_null());
+        name = json_object_get(f, "name");
+        snprintf(param, sizeof param, "%s[%zu].function.name", at, i);
+        if (!json_is_string(name))
+            return bad_type(e, param, "a string", name ? name : json_null());
+        args = json_object_get(f, "arguments");
+        snprintf(param, sizeof param, "%s[%zu].function.arguments", at, i);
+        json_t *a = NULL;
+        if (json_is_string(args)) {
+            a = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+            if (!json_is_object(a)) {
+                json_decref(a);
+                a = json_incref(args);
+            }
+        } else if (json_is_object(args)) {
+            a = json_incref(args);
+        } else if (!args || json_is_null(args)) {
+            a = json_object();
+        } else {
+            return bad_type(e, param, "a JSON string or an object", args);
+        }
+        json_t *id = json_object_get(c, "id");
+        json_t *n = json_pack("{s:s, s:{s:O, s:o}}", "type", "function", "function", "name",
+                              name, "arguments", a);
+        if (json_is_string(id))
+            json_object_set(n, "id", id);
+        json_array_append_new(*out, n);
+    }
+    return 0;
+}
+
+static int get_messages(const json_t *root, srv_request *r, json_t *norm, srv_err *e)
 {
     json_t *ms = member(root, "messages");
     if (!ms)
@@ -249,32 +298,153 @@ static int get_messages(const json_t *root, srv_request *r, srv_err *e)
         if (!json_is_string(role))
             return bad_type(e, param, "a string", role);
         const char *rs = json_string_value(role);
-        if (strcmp(rs, "system") && strcmp(rs, "developer") && strcmp(rs, "user") &&
-            strcmp(rs, "assistant"))
+        int assistant = !strcmp(rs, "assistant"), tool = !strcmp(rs, "tool");
+        if (strcmp(rs, "system") && strcmp(rs, "developer") && strcmp(rs, "user") && !assistant &&
+            !tool)
             return srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
                             "Invalid value for '%s': \"%.40s\" is not supported (system, "
-                            "developer, user, assistant).", param, rs);
+                            "developer, user, assistant, tool).", param, rs);
         srv_msg *dst = &r->msgs[r->n_msgs++];
         if (dup_string(role, &dst->role, e))
             return -1;
+        json_t *nm = json_object();
+        json_array_append_new(norm, nm);
+        json_object_set(nm, "role", role);
         snprintf(param, sizeof param, "messages[%zu].content", i);
         v = json_object_get(m, "content");
-        if (!v && strcmp(rs, "assistant") != 0)
+        if (!v && !assistant)
             return srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
                             "Missing required parameter: '%s'.", param);
         if (get_content(v, param, &dst->content, e))
             return -1;
+        json_object_set_new(nm, "content", json_string(dst->content));
+        if ((v = member(m, "name")) && json_is_string(v))
+            json_object_set(nm, "name", v);
+        if (tool && (v = member(m, "tool_call_id"))) {
+            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+            if (!json_is_string(v))
+                return bad_type(e, param, "a string", v);
+            json_object_set(nm, "tool_call_id", v);
+        }
+        if (!assistant)
+            continue;
         /* an assistant turn's reasoning, as this server returns it */
         v = member(m, "reasoning_content");
         if (!v)
             v = member(m, "reasoning");
-        if (v && strcmp(rs, "assistant") == 0) {
+        if (v) {
             snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
             if (!json_is_string(v))
                 return bad_type(e, param, "a string", v);
             if (dup_string(v, &dst->reasoning, e))
                 return -1;
+            json_object_set(nm, "reasoning_content", v);
         }
+        json_t *th = member(m, "thinking");
+        if (th && json_is_string(th))
+            json_object_set(nm, "thinking", th);
+        else if (v)
+            json_object_set(nm, "thinking", v);
+        if ((v = member(m, "tool_calls"))) {
+            snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+            json_t *calls = NULL;
+            int rc = get_tool_calls(v, param, &calls, e);
+            if (calls)
+                json_object_set_new(nm, "tool_calls", calls);
+            if (rc)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}] */
+static int get_tools(const json_t *root, srv_request *r, json_t *chat, srv_err *e)
+{
+    json_t *tools = member(root, "tools"), *choice = member(root, "tool_choice");
+    char param[96];
+    if (tools) {
+        if (!json_is_array(tools))
+            return bad_type(e, "tools", "an array", tools);
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+            json_t *t = json_array_get(tools, i), *f, *ty;
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            if (!json_is_object(t))
+                return bad_type(e, param, "an object", t);
+            ty = json_object_get(t, "type");
+            if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
+                return srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
+                                "Invalid value for '%s.type': only \"function\" tools are "
+                                "supported.", param);
+            f = json_object_get(t, "function");
+            snprintf(param, sizeof param, "tools[%zu].function", i);
+            if (!json_is_object(f))
+                return bad_type(e, param, "an object", f ? f : json_null());
+            snprintf(param, sizeof param, "tools[%zu].function.name", i);
+            if (!json_is_string(json_object_get(f, "name")))
+                return bad_type(e, param, "a string", json_object_get(f, "name") ?
+                                json_object_get(f, "name") : json_null());
+            json_t *pa = json_object_get(f, "parameters");
+            snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+            if (pa && !json_is_object(pa))
+                return bad_type(e, param, "an object", pa);
+        }
+    }
+    const char *how = "auto";
+    if (choice) {
+        if (json_is_string(choice)) {
+            how = json_string_value(choice);
+            if (strcmp(how, "none") && strcmp(how, "auto") && strcmp(how, "required"))
+                return srv_fail(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
+                                "Invalid value for 'tool_choice': expected \"none\", \"auto\", "
+                                "\"required\" or a named function.");
+        } else if (json_is_object(choice)) {
+            how = "named";
+        } else {
+            return bad_type(e, "tool_choice", "a string or an object", choice);
+        }
+        if (!strcmp(how, "required") || !strcmp(how, "named"))
+            return srv_fail(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
+                            "Unsupported value for 'tool_choice': forcing a call (\"%s\") needs "
+                            "constrained decoding, which this server does not do yet; use "
+                            "\"auto\".", how);
+    }
+    if (tools && json_array_size(tools) && strcmp(how, "none")) {
+        json_object_set(chat, "tools", tools);
+        if (!(r->tools_json = json_dumps(tools, JSON_COMPACT)))
+            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+/* Fields of the OpenAI API this server does not implement: a 400 naming
+ * them, not a silent difference (README lists those it ignores). */
+static int refuse_unimplemented(const json_t *root, srv_err *e)
+{
+    static const char *const fields[] = {"logit_bias", "best_of", "echo", "suffix", "functions",
+                                         "function_call", "audio", "modalities", "prediction",
+                                         "grammar", "web_search_options", NULL};
+    for (int i = 0; fields[i]; i++) {
+        json_t *v = member(root, fields[i]);
+        if (!v || (json_is_false(v)) || (json_is_object(v) && !json_object_size(v)) ||
+            (json_is_array(v) && !json_array_size(v)) ||
+            (json_is_string(v) && !json_string_length(v)) ||
+            (!strcmp(fields[i], "best_of") && json_is_integer(v) && json_integer_value(v) == 1))
+            continue;
+        return srv_fail(e, 400, "invalid_request_error", fields[i], "unsupported_parameter",
+                        "Unsupported parameter: '%s' is not supported by this server.",
+                        fields[i]);
+    }
+    json_t *rf = member(root, "response_format");
+    if (rf) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(t))
+            return bad_type(e, "response_format.type", "a string", t ? t : json_null());
+        if (strcmp(json_string_value(t), "text"))
+            return srv_fail(e, 400, "invalid_request_error", "response_format",
+                            "unsupported_value", "Unsupported value for 'response_format': "
+                            "\"%.40s\" needs grammar-constrained decoding, which this server "
+                            "does not do yet.", json_string_value(t));
     }
     return 0;
 }
@@ -373,12 +543,29 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
             return bad_type(e, "stream_options.include_usage", "a boolean", u);
         r->include_usage = u && json_is_true(u);
     }
-    int lp = 0;
-    if (get_bool(root, "logprobs", &lp, e))
+    /* chat: logprobs true + top_logprobs 0..20; completions: logprobs 0..5 */
+    json_t *lpv = member(root, "logprobs");
+    if (lpv && r->kind == SRV_CHAT) {
+        if (get_bool(root, "logprobs", &r->logprobs, e))
+            return -1;
+        int have_top = 0;
+        if (get_int(root, "top_logprobs", 0, 20, &have_top, &iv, e))
+            return -1;
+        r->top_logprobs = have_top ? (int)iv : 0;
+    } else if (lpv) {
+        int have_lp = 0;
+        if (get_int(root, "logprobs", 0, 5, &have_lp, &iv, e))
+            return -1;
+        r->logprobs = 1;
+        r->top_logprobs = (int)iv;
+    } else if (member(root, "top_logprobs") && r->kind == SRV_CHAT) {
+        return srv_fail(e, 400, "invalid_request_error", "top_logprobs", "invalid_value",
+                        "Invalid value for 'top_logprobs': it needs 'logprobs' true.");
+    }
+    if (get_number(root, "min_p", 0, 1, &r->have_min_p, &r->min_p, e) ||
+        get_number(root, "repeat_penalty", 0.01, 100, &r->have_repeat, &r->repeat_penalty, e) ||
+        refuse_unimplemented(root, e))
         return -1;
-    if (lp)
-        return srv_fail(e, 400, "invalid_request_error", "logprobs", "unsupported_parameter",
-                        "Unsupported parameter: 'logprobs' is not supported by this server.");
     if ((v = member(root, "reasoning_effort"))) {
         if (!json_is_string(v))
             return bad_type(e, "reasoning_effort", "a string", v);
@@ -415,12 +602,25 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
                         "We could not parse the JSON body of your request: %s (line %d, "
                         "column %d).", je.text, je.line, je.column);
     int rc = -1;
+    json_t *chat = json_object(), *norm = json_array();
+    json_object_set(chat, "messages", norm);
     if (!json_is_object(root))
         srv_fail(e, 400, "invalid_request_error", NULL, "invalid_json",
                  "The request body must be a JSON object, got %s.", type_name(root));
-    else if ((kind == SRV_CHAT ? get_messages(root, r, e) : get_prompt(root, r, e)) == 0 &&
-             get_options(root, r, e) == 0)
+    else if ((kind == SRV_CHAT ? get_messages(root, r, norm, e) : get_prompt(root, r, e)) == 0 &&
+             get_options(root, r, e) == 0 && (kind != SRV_CHAT || get_tools(root, r, chat, e) == 0))
         rc = 0;
+    json_t *kw = member(root, "chat_template_kwargs");
+    if (rc == 0 && kind == SRV_CHAT) {
+        if (kw)
+            json_object_set(chat, "chat_template_kwargs", kw);
+        if (!(r->chat_json = json_dumps(chat, JSON_COMPACT))) {
+            srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            rc = -1;
+        }
+    }
+    json_decref(norm);
+    json_decref(chat);
     json_decref(root);
     return rc;
 }

@@ -18,6 +18,9 @@ tokenizer) in place for the server tests.
       first piece then emits the following pieces, in order. A PIECE is a
       special token ("<|channel|>") or the text of one ordinary token (" is");
       every piece must be a distinct token.
+
+  model.py script-ids DIR ID...
+      The same chain over token ids (e.g. from `moestream tokenize`).
 """
 import json
 import os
@@ -98,6 +101,10 @@ def script(d, pieces):
         if i is None:
             sys.exit("model.py: %r is not one token" % p)
         ids.append(i)
+    chain(d, ids)
+
+
+def chain(d, ids):
     if len(set(ids)) != len(ids):
         sys.exit("model.py: the chain repeats a token")
     cfg = json.load(open(os.path.join(d, "config.json")))
@@ -129,5 +136,7 @@ if __name__ == "__main__":
         pad(sys.argv[2])
     elif len(sys.argv) >= 4 and sys.argv[1] == "script":
         script(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "script-ids":
+        chain(sys.argv[2], [int(x) for x in sys.argv[3:]])
     else:
         sys.exit(__doc__)

@@ -4,6 +4,7 @@
  * every input of the fuzzing corpus (tools/fuzz/corpus) parsed without harm.
  * (make does not track the included file: after changing it, `touch` this one.) */
 #include <dirent.h>
+#include <jansson.h>
 
 #include "serve.h"
 #include "test.h"
@@ -62,6 +63,54 @@ static void test_chat_fields(void)
     srv_request_free(&r);
 }
 
+/* What the chat template gets: tool calls with their arguments as objects,
+ * reasoning also as "thinking", tool results with their ids, tools unless
+ * tool_choice is "none", chat_template_kwargs as sent. */
+static void test_chat_normalized(void)
+{
+    srv_request r;
+    srv_err e;
+    const char *b = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": "
+                    "\"assistant\", \"content\": null, \"reasoning_content\": \"R\", \"tool_calls\": "
+                    "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+                    "\"arguments\": \"{\\\"a\\\": [1, \\\"\u00e9\\\"]}\"}}, {\"function\": {\"name\": "
+                    "\"g\", \"arguments\": \"not json\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+                    "\"c1\", \"content\": \"21C\"}], \"tools\": [{\"type\": \"function\", "
+                    "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}], "
+                    "\"chat_template_kwargs\": {\"x\": 1}}";
+    CHECK(parse(SRV_CHAT, b, &r, &e) == 0, "%s", e.message);
+    json_t *j = r.chat_json ? json_loads(r.chat_json, 0, NULL) : NULL;
+    CHECK(j != NULL, "chat_json %s", r.chat_json ? r.chat_json : "(null)");
+    json_t *m = json_object_get(j, "messages");
+    json_t *a = json_array_get(m, 1), *calls = json_object_get(a, "tool_calls");
+    json_t *args0 = json_object_get(json_object_get(json_array_get(calls, 0), "function"),
+                                    "arguments");
+    json_t *args1 = json_object_get(json_object_get(json_array_get(calls, 1), "function"),
+                                    "arguments");
+    CHECK(json_is_object(args0) && json_array_size(json_object_get(args0, "a")) == 2,
+          "arguments parsed into an object");
+    CHECK(json_is_string(args1) && !strcmp(json_string_value(args1), "not json"),
+          "arguments that are not an object stay a string");
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(calls, 0), "id")), "c1"), "id");
+    CHECK(!strcmp(json_string_value(json_object_get(a, "content")), "") &&
+          !strcmp(json_string_value(json_object_get(a, "thinking")), "R") &&
+          !strcmp(json_string_value(json_object_get(a, "reasoning_content")), "R"), "assistant");
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(m, 2), "tool_call_id")), "c1"),
+          "tool result");
+    CHECK(json_array_size(json_object_get(j, "tools")) == 1 && r.tools_json, "tools rendered");
+    CHECK(json_integer_value(json_object_get(json_object_get(j, "chat_template_kwargs"), "x")) == 1,
+          "kwargs");
+    json_decref(j);
+    srv_request_free(&r);
+
+    CHECK(parse(SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\":"
+                          " [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+                          "\"tool_choice\": \"none\"}", &r, &e) == 0, "%s", e.message);
+    CHECK(r.chat_json && !strstr(r.chat_json, "\"tools\"") && !r.tools_json,
+          "tool_choice none: no tools in %s", r.chat_json ? r.chat_json : "(null)");
+    srv_request_free(&r);
+}
+
 static void test_completion_fields(void)
 {
     srv_request r;
@@ -117,7 +166,28 @@ static void test_refusals(void)
     refused(SRV_CHAT, WITH("\"stream_options\": true"), 400, "stream_options", "invalid_type");
     refused(SRV_CHAT, WITH("\"stream_options\": {\"include_usage\": 1}"), 400,
             "stream_options.include_usage", "invalid_type");
-    refused(SRV_CHAT, WITH("\"logprobs\": true"), 400, "logprobs", "unsupported_parameter");
+    refused(SRV_CHAT, WITH("\"logprobs\": true, \"top_logprobs\": 21"), 400, "top_logprobs",
+            "invalid_value");
+    refused(SRV_CHAT, WITH("\"top_logprobs\": 2"), 400, "top_logprobs", "invalid_value");
+    refused(SRV_CHAT, WITH("\"logit_bias\": {\"11\": 5}"), 400, "logit_bias",
+            "unsupported_parameter");
+    refused(SRV_CHAT, WITH("\"best_of\": 2"), 400, "best_of", "unsupported_parameter");
+    refused(SRV_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", 400, "echo",
+            "unsupported_parameter");
+    refused(SRV_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"y\"}", 400, "suffix",
+            "unsupported_parameter");
+    refused(SRV_CHAT, WITH("\"response_format\": {\"type\": \"json_object\"}"), 400,
+            "response_format", "unsupported_value");
+    refused(SRV_CHAT, WITH("\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+                           "\"f\"}}], \"tool_choice\": \"required\""), 400, "tool_choice",
+            "unsupported_value");
+    refused(SRV_CHAT, WITH("\"tools\": [{\"type\": \"retrieval\"}]"), 400, "tools[0]",
+            "invalid_value");
+    refused(SRV_CHAT, WITH("\"tools\": [{\"type\": \"function\", \"function\": {}}]"), 400,
+            "tools[0].function.name", "invalid_type");
+    refused(SRV_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+            "{\"name\": \"f\", \"arguments\": 5}}]}]}", 400,
+            "messages[0].tool_calls[0].function.arguments", "invalid_type");
     refused(SRV_CHAT, WITH("\"reasoning_effort\": \"max\""), 400, "reasoning_effort",
             "invalid_value");
     refused(SRV_CHAT, WITH("\"model\": 7"), 400, "model", "invalid_type");
@@ -186,6 +256,7 @@ static void test_fuzz_corpus(void)
 int main(void)
 {
     TEST_CASE(test_chat_fields);
+    TEST_CASE(test_chat_normalized);
     TEST_CASE(test_completion_fields);
     TEST_CASE(test_refusals);
     TEST_CASE(test_error_json);

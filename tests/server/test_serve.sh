@@ -97,7 +97,9 @@ expect max_tokens_wrong_type_400 400 invalid_type -- "$U/v1/chat/completions" -d
 expect temperature_range_400 400 invalid_value -- "$U/v1/chat/completions" -d "{$MSG, \"temperature\": 3}"
 expect stop_wrong_type_400 400 invalid_type -- "$U/v1/chat/completions" -d "{$MSG, \"stop\": [\"a\", 5]}"
 expect stream_wrong_type_400 400 invalid_type -- "$U/v1/chat/completions" -d "{$MSG, \"stream\": \"yes\"}"
-expect role_unsupported_400 400 invalid_value -- "$U/v1/chat/completions" -d '{"messages": [{"role": "tool", "content": "x"}]}'
+expect role_unsupported_400 400 invalid_value -- "$U/v1/chat/completions" -d '{"messages": [{"role": "function", "content": "x"}]}'
+# a folder without a template: the built-in format cannot render tool results
+expect tool_role_without_template_400 400 "" -- "$U/v1/chat/completions" -d '{"messages": [{"role": "tool", "content": "x"}]}'
 expect content_part_not_text_400 400 invalid_value -- "$U/v1/chat/completions" -d '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}'
 expect n_2_400 400 invalid_value -- "$U/v1/chat/completions" -d "{$MSG, \"n\": 2}"
 expect unknown_fields_tolerated 200 "" -- "$U/v1/chat/completions" -d "{$MSG, \"max_tokens\": 2, \"frobnicate\": {\"x\": [1, null]}, \"user\": \"me\", \"tools\": [], \"metadata\": null}"
