@@ -39,7 +39,8 @@ int cli_chat_prompt_json(const ms_engine *eng, const char *request_json, int thi
 /* Options of run, logits and chat (opts.c). */
 typedef struct run_opts {
     const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
-    const char *system, *effort, *chat_template;
+    const char *system, *effort, *chat_template, *json_schema;
+    int json_any;                                    /* --json: any JSON object */
     int placement, no_prefetch, buffered, precision;
     int64_t ram, io_threads, cache_slots, reads;
     int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */

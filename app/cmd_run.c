@@ -43,7 +43,7 @@ static void on_text(void *ctx, int chan, const char *s, size_t n)
 /* The prompt as ids: read from --prompt-ids, or text rendered with the chat
  * template (unless --raw) and tokenized. */
 static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **tok,
-                      int32_t **ids, int64_t *n, ms_error *err)
+                      int32_t **ids, int64_t *n, int *opens, ms_error *err)
 {
     if (o->prompt_ids)
         return cli_read_ids(o->prompt_ids, ids, n, err);
@@ -56,11 +56,62 @@ static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **to
         if (cli_chat_prompt(eng, o->system ? m : m + 1, o->system ? 2 : 1, o->thinking,
                             o->effort, &text, err))
             return -1;
+        *opens = ms_chat_prompt_opens_reasoning(text);
         t = text;
     }
     int rc = ms_tokenizer_encode(*tok, t, strlen(t), 1, ids, n, err);
     free(text);
     return rc;
+}
+
+/* --json / --json-schema FILE: the grammar of the answer (after the answer
+ * header of the template's syntax, or from the first token with --raw and
+ * --prompt-ids) and the vocabulary index its masks need. */
+static int constrain(const run_opts *o, const ms_engine *eng, ms_tokenizer **tok, int opens,
+                     ms_grammar **g, ms_vocab_index **vi, ms_error *err)
+{
+    char *schema = NULL;
+    if (o->json_schema) {
+        FILE *f = fopen(o->json_schema, "rb");
+        size_t n = 0, cap = 0;
+        for (size_t k = 1; f && k;) {
+            if (n + 4096 + 1 > cap) {
+                char *p = realloc(schema, cap = cap ? 2 * cap : 65536);
+                if (!p)
+                    break;
+                schema = p;
+            }
+            n += (k = fread(schema + n, 1, cap - n - 1, f));
+        }
+        if (f)
+            fclose(f);
+        if (!f || !schema) {
+            free(schema);
+            snprintf(err->msg, sizeof err->msg, "%s: cannot read the JSON schema", o->json_schema);
+            err->code = MS_E_IO;
+            return -1;
+        }
+        schema[n] = 0;
+    }
+    int rc;
+    if (o->raw || o->prompt_ids) {
+        const char *sch[1] = {schema};
+        rc = ms_grammar_json(1, NULL, sch, NULL, g, err);
+    } else {
+        rc = ms_grammar_for_answer(ms_engine_tool_format(eng), opens, schema, g, err);
+    }
+    free(schema);
+    if (rc) {
+        if (o->json_schema) {
+            char m[sizeof err->msg];
+            snprintf(m, sizeof m, "%.200s: %.800s", o->json_schema, err->msg);
+            memcpy(err->msg, m, sizeof m);
+        }
+        return -1;
+    }
+    if (!*tok && ms_tokenizer_open(o->model, tok, err))
+        return -1;
+    return ms_vocab_index_open(*tok, vi, err);
 }
 
 static const char *stop_name(int stop)
@@ -85,8 +136,13 @@ int cmd_run(int argc, char **argv)
     ms_chat_parser *parser = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
+    int opens = 0;
+    ms_grammar *gram = NULL;
+    ms_vocab_index *vi = NULL;
+    int64_t mask_ns = 0;
     rc = 1;
-    if (run_opts_open(&o, &eng, &s, &err) || prompt_ids(&o, eng, &tok, &ids, &n, &err))
+    if (run_opts_open(&o, &eng, &s, &err) || prompt_ids(&o, eng, &tok, &ids, &n, &opens, &err) ||
+        ((o.json_schema || o.json_any) && constrain(&o, eng, &tok, opens, &gram, &vi, &err)))
         goto out;
     const ms_model_info *info = ms_engine_info(eng);
     ms_sampling sp;
@@ -103,7 +159,8 @@ int cmd_run(int argc, char **argv)
     run_out ro = {.ids = o.ids || !tok, .hide_reasoning = o.hide_reasoning};
     ms_gen_opts go = {.max_tokens = o.n_predict >= 0 ? o.n_predict : 256,
                       .ignore_eos = o.ignore_eos, .sampler = smp, .tok = ro.ids ? NULL : tok,
-                      .parser = parser, .on_id = on_id, .on_text = on_text, .ctx = &ro};
+                      .parser = parser, .grammar = gram, .vocab = vi, .mask_ns = &mask_ns,
+                      .on_id = on_id, .on_text = on_text, .ctx = &ro};
     ms_gen_result gr;
     if (ms_generate(s, &go, &gr, &err))
         goto out;
@@ -115,12 +172,18 @@ int cmd_run(int argc, char **argv)
     if (o.stats) {
         fprintf(stderr, "end: %s at position %lld\n", stop_name(gr.stop),
                 (long long)ms_session_pos(s));
+        if (gram)
+            fprintf(stderr, "grammar: %s, token masks %.3f s in all (%.2f ms per token)\n",
+                    o.json_schema ? o.json_schema : "any JSON object", mask_ns * 1e-9,
+                    gr.n_tokens ? mask_ns * 1e-6 / (double)gr.n_tokens : 0.0);
         run_opts_print_stats(s);
     }
     rc = gr.stop == MS_STOP_CONTEXT ? 3 : 0;
 out:
     if (rc == 1)
         rc = cli_fail(&err);
+    ms_grammar_free(gram);
+    ms_vocab_index_close(vi);
     ms_chat_parser_close(parser);
     ms_tokenizer_close(tok);
     ms_sampler_close(smp);

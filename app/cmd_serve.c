@@ -154,6 +154,26 @@ static int job_thinking(const srv *sv, const srv_job *j)
     return j->req.thinking >= 0 ? j->req.thinking : sv->thinking;
 }
 
+/* The grammar a request asks for: a forced tool call (tool_choice required
+ * or named) in the model's syntax, or a JSON answer (response_format). */
+static int constrain(srv *sv, srv_job *j, ms_grammar **g, ms_error *err)
+{
+    const srv_request *r = &j->req;
+    int format = ms_engine_tool_format(sv->eng);
+    *g = NULL;
+    if (r->kind == SRV_CHAT && r->force_tool)
+        return ms_grammar_for_tool_call(format, j->opens_reasoning, r->tools_json,
+                                        r->force_tool == 2 ? r->force_name : NULL, g, err);
+    if (r->json_mode && r->kind == SRV_CHAT)
+        return ms_grammar_for_answer(format, j->opens_reasoning,
+                                     r->json_mode == 2 ? r->json_schema : NULL, g, err);
+    if (r->json_mode) {
+        const char *sch[1] = {r->json_mode == 2 ? r->json_schema : NULL};
+        return ms_grammar_json(1, NULL, sch, NULL, g, err);
+    }
+    return 0;
+}
+
 int srv_prepare(srv *sv, srv_job *j, srv_err *e)
 {
     ms_error err = {0};
@@ -183,6 +203,13 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
                         "This model's maximum context length is %lld tokens. However, your "
                         "%s resulted in %lld tokens (and the completion needs at least one "
                         "more).", (long long)sv->ctx, what, (long long)j->n_ids);
+    ms_grammar *gram = NULL; /* refused here, before a response starts */
+    if (constrain(sv, j, &gram, &err))
+        return srv_fail(e, err.code == MS_E_NOMEM ? 500 : 400,
+                        err.code == MS_E_NOMEM ? "server_error" : "invalid_request_error",
+                        j->req.force_tool ? "tool_choice" : "response_format", NULL, "%s",
+                        err.msg);
+    ms_grammar_free(gram);
     uint64_t n = __atomic_add_fetch(&sv->counter, 1, __ATOMIC_RELAXED);
     uint64_t h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created;
     snprintf(j->id, sizeof j->id, "%s%016" PRIx64, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-",
@@ -603,11 +630,21 @@ static void run_job(srv *sv, srv_job *j)
     int64_t room = sv->ctx - j->n_ids;
     int64_t max = r->max_tokens > 0 ? r->max_tokens
                 : sv->default_max_tokens > 0 ? sv->default_max_tokens : room;
+    ms_grammar *gram = NULL;
+    if (constrain(sv, j, &gram, &err)) {
+        fail_job(&g, err.code == MS_E_NOMEM ? 500 : 400,
+                 err.code == MS_E_NOMEM ? "server_error" : "invalid_request_error",
+                 NULL, err.msg);
+        goto out;
+    }
     ms_gen_opts go = {.max_tokens = max, .ignore_eos = r->ignore_eos || sv->ignore_eos,
                       .cancel = &j->halt, .sampler = smp, .tok = sv->tok, .parser = parser,
+                      .grammar = gram, .vocab = sv->vocab,
                       .on_id = on_id, .on_text = on_text, .ctx = &g};
     ms_gen_result gr;
-    if (ms_generate(sv->s, &go, &gr, &err)) {
+    int grc = ms_generate(sv->s, &go, &gr, &err);
+    ms_grammar_free(gram);
+    if (grc) {
         fail_job(&g, 500, "server_error", NULL, err.msg);
         goto out;
     }
@@ -835,7 +872,8 @@ int cmd_serve(int argc, char **argv)
     pthread_t worker;
     int have_worker = 0;
     rc = 1;
-    if (run_opts_open(&o, &sv.eng, &sv.s, &err) || ms_tokenizer_open(o.model, &sv.tok, &err))
+    if (run_opts_open(&o, &sv.eng, &sv.s, &err) || ms_tokenizer_open(o.model, &sv.tok, &err) ||
+        ms_vocab_index_open(sv.tok, &sv.vocab, &err))
         goto out;
     sv.info = ms_engine_info(sv.eng);
     sv.ctx = ms_session_ctx(sv.s);
@@ -881,6 +919,7 @@ out:
         pthread_join(worker, NULL);
     if (rc)
         rc = cli_fail(&err);
+    ms_vocab_index_close(sv.vocab);
     ms_tokenizer_close(sv.tok);
     ms_session_close(sv.s);
     ms_engine_close(sv.eng);

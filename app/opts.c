@@ -70,6 +70,10 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
         NUM_F("--presence-penalty", -2, 2, o->sampling.presence_penalty, o->have_presence)
         NUM_F("--frequency-penalty", -2, 2, o->sampling.frequency_penalty, o->have_freq)
         if ((v = cli_value(argc, argv, &i, "--system", &miss))) { o->system = v; continue; }
+        if ((v = cli_value(argc, argv, &i, "--json-schema", &miss))) {
+            o->json_schema = v;
+            continue;
+        }
         if ((v = cli_value(argc, argv, &i, "--chat-template-file", &miss))) {
             o->chat_template = v;
             continue;
@@ -103,6 +107,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
         else if (!strcmp(argv[i], "--ignore-eos")) o->ignore_eos = 1;
         else if (!strcmp(argv[i], "--stats")) o->stats = 1;
         else if (!strcmp(argv[i], "--raw")) o->raw = 1;
+        else if (!strcmp(argv[i], "--json")) o->json_any = 1;
         else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
         else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
         else if (!strcmp(argv[i], "--hide-reasoning")) o->hide_reasoning = 1;

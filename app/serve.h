@@ -61,6 +61,10 @@ typedef struct srv_request {
                                   * as the template renders it */
     char *tools_json;            /* the tools offered (rendered), or NULL */
     int logprobs, top_logprobs;  /* logprobs asked; alternatives per token (0..20) */
+    int json_mode;               /* response_format: 0 text, 1 json_object, 2 json_schema */
+    char *json_schema;           /* json_schema: the schema as JSON text */
+    int force_tool;              /* tool_choice: 1 "required", 2 a named function */
+    char *force_name;            /* the named function */
 } srv_request;
 
 /* Parses and validates a request body of /v1/chat/completions (SRV_CHAT) or
@@ -121,6 +125,7 @@ struct srv_job {
 
 struct srv {
     ms_engine *eng;
+    ms_vocab_index *vocab;     /* for constrained decoding, built at start */
     ms_session *s;
     ms_tokenizer *tok;
     const ms_model_info *info;

@@ -82,6 +82,8 @@ void srv_request_free(srv_request *r)
     free(r->reasoning_effort);
     free(r->chat_json);
     free(r->tools_json);
+    free(r->json_schema);
+    free(r->force_name);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     memset(r, 0, sizeof *r);
@@ -400,14 +402,20 @@ static int get_tools(const json_t *root, srv_request *r, json_t *chat, srv_err *
                                 "\"required\" or a named function.");
         } else if (json_is_object(choice)) {
             how = "named";
+            json_t *nm = json_object_get(json_object_get(choice, "function"), "name");
+            if (!json_is_string(nm))
+                return bad_type(e, "tool_choice.function.name", "a string", nm ? nm : json_null());
+            if (dup_string(nm, &r->force_name, e))
+                return -1;
         } else {
             return bad_type(e, "tool_choice", "a string or an object", choice);
         }
-        if (!strcmp(how, "required") || !strcmp(how, "named"))
-            return srv_fail(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
-                            "Unsupported value for 'tool_choice': forcing a call (\"%s\") needs "
-                            "constrained decoding, which this server does not do yet; use "
-                            "\"auto\".", how);
+        if (!strcmp(how, "required") || !strcmp(how, "named")) {
+            if (!tools || !json_array_size(tools))
+                return srv_fail(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
+                                "Invalid value for 'tool_choice': \"%s\" needs 'tools'.", how);
+            r->force_tool = !strcmp(how, "required") ? 1 : 2;
+        }
     }
     if (tools && json_array_size(tools) && strcmp(how, "none")) {
         json_object_set(chat, "tools", tools);
@@ -435,17 +443,42 @@ static int refuse_unimplemented(const json_t *root, srv_err *e)
                         "Unsupported parameter: '%s' is not supported by this server.",
                         fields[i]);
     }
+    return 0;
+}
+
+/* response_format: {"type": "text" | "json_object" | "json_schema", "json_schema":
+ * {"name", "schema", "strict"?}} */
+static int get_response_format(const json_t *root, srv_request *r, srv_err *e)
+{
     json_t *rf = member(root, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t))
-            return bad_type(e, "response_format.type", "a string", t ? t : json_null());
-        if (strcmp(json_string_value(t), "text"))
-            return srv_fail(e, 400, "invalid_request_error", "response_format",
-                            "unsupported_value", "Unsupported value for 'response_format': "
-                            "\"%.40s\" needs grammar-constrained decoding, which this server "
-                            "does not do yet.", json_string_value(t));
+    if (!rf)
+        return 0;
+    if (!json_is_object(rf))
+        return bad_type(e, "response_format", "an object", rf);
+    json_t *t = json_object_get(rf, "type");
+    if (!json_is_string(t))
+        return bad_type(e, "response_format.type", "a string", t ? t : json_null());
+    const char *ty = json_string_value(t);
+    if (!strcmp(ty, "text"))
+        return 0;
+    if (!strcmp(ty, "json_object")) {
+        r->json_mode = 1;
+        return 0;
     }
+    if (strcmp(ty, "json_schema"))
+        return srv_fail(e, 400, "invalid_request_error", "response_format.type", "invalid_value",
+                        "Invalid value for 'response_format.type': expected \"text\", "
+                        "\"json_object\" or \"json_schema\".");
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return bad_type(e, "response_format.json_schema", "an object", js ? js : json_null());
+    json_t *sc = json_object_get(js, "schema");
+    if (sc && !json_is_object(sc) && !json_is_boolean(sc))
+        return bad_type(e, "response_format.json_schema.schema", "an object", sc);
+    r->json_mode = 2;
+    r->json_schema = sc ? json_dumps(sc, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
+    if (!r->json_schema)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return 0;
 }
 
@@ -564,7 +597,7 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
     }
     if (get_number(root, "min_p", 0, 1, &r->have_min_p, &r->min_p, e) ||
         get_number(root, "repeat_penalty", 0.01, 100, &r->have_repeat, &r->repeat_penalty, e) ||
-        refuse_unimplemented(root, e))
+        refuse_unimplemented(root, e) || get_response_format(root, r, e))
         return -1;
     if ((v = member(root, "reasoning_effort"))) {
         if (!json_is_string(v))

@@ -414,6 +414,36 @@ int ms_detok_push(ms_detok *d, int32_t id, const char **text, size_t *len, ms_er
 void ms_detok_flush(ms_detok *d, const char **text, size_t *len);
 void ms_detok_close(ms_detok *d);
 
+/* ---- constrained decoding ------------------------------------------------------------
+ * A grammar the output must follow, over the bytes of the generated tokens:
+ * n alternatives, each a literal prefix (may be NULL) then a JSON document
+ * following schemas[i] (a JSON Schema as JSON text; NULL: any JSON object),
+ * then the literal suffix (may be NULL) shared by all. The schema subset and
+ * its refusals are listed in src/runtime/grammar.c; an unsupported keyword
+ * is an error naming its path. */
+typedef struct ms_grammar ms_grammar;
+int ms_grammar_json(int n, const char *const *prefixes, const char *const *schemas,
+                    const char *suffix, ms_grammar **out, ms_error *err);
+void ms_grammar_free(ms_grammar *g);
+
+/* The grammar that makes a model of this tool-call format answer with a JSON
+ * document (response_format; schema_json NULL: any object): after its
+ * answer header (Harmony's final channel) or the end of the reasoning the
+ * prompt opened. */
+int ms_grammar_for_answer(int format, int opens_reasoning, const char *schema_json,
+                          ms_grammar **out, ms_error *err);
+/* The grammar of one call, in the format's syntax, to a tool of tools_json
+ * (the request's tools), or only to the one named `only`: its arguments
+ * follow the tool's parameters schema (tool_choice required / named). */
+int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_json,
+                             const char *only, ms_grammar **out, ms_error *err);
+
+/* The tokenizer's ids sorted by their bytes, for token masks; built once
+ * (about a second for a 200k vocabulary), read-only after. */
+typedef struct ms_vocab_index ms_vocab_index;
+int ms_vocab_index_open(const ms_tokenizer *tok, ms_vocab_index **out, ms_error *err);
+void ms_vocab_index_close(ms_vocab_index *v);
+
 /* ---- generation ------------------------------------------------------------------ */
 
 enum ms_stop_reason {
@@ -430,6 +460,9 @@ typedef struct ms_gen_opts {
     ms_sampler *sampler;
     const ms_tokenizer *tok;        /* NULL: ids only, no text */
     ms_chat_parser *parser;         /* NULL: all text is answer */
+    const ms_grammar *grammar;      /* the output must follow it (needs vocab); NULL: free */
+    const ms_vocab_index *vocab;
+    int64_t *mask_ns;               /* when not NULL: nanoseconds spent on masks added */
     void (*on_id)(void *ctx, int32_t id);                      /* may be NULL */
     void (*on_text)(void *ctx, int channel, const char *s, size_t n); /* may be NULL */
     void *ctx;

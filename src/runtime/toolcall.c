@@ -537,3 +537,98 @@ int ms_chat_parse(int format, const char *text, size_t len, const char *tools_js
         return ms_err_set(err, MS_E_NOMEM, "out of memory writing the parsed message");
     return 0;
 }
+
+/* ---- constraints in each syntax ------------------------------------------------------- */
+
+/* What closes the reasoning a prompt opened, in this syntax. */
+static const char *close_reasoning(int format)
+{
+    return format == MS_TOOLS_LONGCAT ? "</longcat_think>" : "</think>";
+}
+
+int ms_grammar_for_answer(int format, int opens_reasoning, const char *schema_json,
+                          ms_grammar **g, ms_error *err)
+{
+    const char *prefix = format == MS_TOOLS_HARMONY ? "<|channel|>final<|message|>"
+                       : opens_reasoning ? close_reasoning(format) : NULL;
+    const char *schemas[1] = {schema_json};
+    return ms_grammar_json(1, &prefix, schemas, NULL, g, err);
+}
+
+int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_json,
+                             const char *only, ms_grammar **g, ms_error *err)
+{
+    *g = NULL;
+    json_t *tools = json_loads(tools_json ? tools_json : "[]", 0, NULL);
+    size_t n = json_array_size(tools);
+    if (format == MS_TOOLS_QWEN3_CODER) {
+        json_decref(tools);
+        return ms_err_set(err, MS_E_UNSUPPORTED, "forcing a tool call is not supported in the "
+                          "Qwen3-Coder XML syntax yet");
+    }
+    char **pre = calloc(n + 1, sizeof *pre), **sch = calloc(n + 1, sizeof *sch);
+    int k = 0, rc = -1;
+    const char *suffix = NULL;
+    const char *open = opens_reasoning ? close_reasoning(format) : "";
+    if (!pre || !sch) {
+        ms_err_set(err, MS_E_NOMEM, "out of memory building a tool-call grammar");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *f = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name || (only && strcmp(only, name)))
+            continue;
+        const json_t *params = json_object_get(f, "parameters");
+        json_t *nm = json_string(name);
+        char *qname = json_dumps(nm, JSON_ENCODE_ANY);
+        json_decref(nm);
+        char buf[1024];
+        switch (format) {
+        case MS_TOOLS_HARMONY:
+            snprintf(buf, sizeof buf, "<|channel|>commentary to=functions.%s <|constrain|>json"
+                     "<|message|>", name);
+            suffix = "<|call|>";
+            break;
+        case MS_TOOLS_QWEN3:
+            snprintf(buf, sizeof buf, "%s<tool_call>\n{\"name\": %s, \"arguments\": ", open,
+                     qname ? qname : "\"\"");
+            suffix = "}\n</tool_call>";
+            break;
+        case MS_TOOLS_LONGCAT:
+            snprintf(buf, sizeof buf, "%s<longcat_tool_call>{\"name\": %s, \"arguments\": ", open,
+                     qname ? qname : "\"\"");
+            suffix = "}</longcat_tool_call>";
+            break;
+        case MS_TOOLS_DEEPSEEK_V3:
+            snprintf(buf, sizeof buf, "%s" DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP
+                     "%s\n```json\n", open, name);
+            suffix = "\n```" DS_CALL_END DS_CALLS_END;
+            break;
+        default: /* DEEPSEEK_V3_1 */
+            snprintf(buf, sizeof buf, "%s" DS_CALLS_BEGIN DS_CALL_BEGIN "%s" DS_SEP, open, name);
+            suffix = DS_CALL_END DS_CALLS_END;
+            break;
+        }
+        free(qname);
+        pre[k] = strdup(buf);
+        sch[k] = params ? json_dumps(params, JSON_COMPACT) : strdup("{\"type\": \"object\"}");
+        k++;
+    }
+    if (!k) {
+        ms_err_set(err, MS_E_ARG, only ? "tool_choice names \"%s\", which is not in tools"
+                                       : "tool_choice needs a call but no tool is offered%s",
+                   only ? only : "");
+        goto out;
+    }
+    rc = ms_grammar_json(k, (const char *const *)pre, (const char *const *)sch, suffix, g, err);
+out:
+    for (int i = 0; i < k; i++) {
+        free(pre[i]);
+        free(sch[i]);
+    }
+    free(pre);
+    free(sch);
+    json_decref(tools);
+    return rc;
+}

@@ -119,10 +119,24 @@ await check('openai_completion_logprobs', async () => {
   if (lp.tokens.join('') !== r.choices[0].text) return `tokens ${JSON.stringify(lp.tokens)} vs text ${JSON.stringify(r.choices[0].text)}`;
 });
 
+// tool_choice required / named: the call is forced by constrained decoding; the
+// scripted answer is that call, so the output is the same, now guaranteed
+for (const [name, choice] of [['openai_tool_choice_named', { type: 'function', function: { name: 'get_weather' } }],
+                              ['openai_tool_choice_required', 'required']]) {
+  await check(name, async () => {
+    const r = await client.chat.completions.create({ model: 'm', messages: ask, tools, tool_choice: choice,
+                                                     temperature: 0 });
+    const ch = r.choices[0], tc = ch.message.tool_calls || [];
+    if (ch.finish_reason !== 'tool_calls' || tc.length !== 1 || tc[0].function.name !== 'get_weather')
+      return JSON.stringify(ch);
+    if (JSON.parse(tc[0].function.arguments).city !== 'Paris') return `arguments ${tc[0].function.arguments}`;
+  });
+}
+
 for (const [name, body, param] of [
   ['refuses_logit_bias', { logit_bias: { '11': 5 } }, 'logit_bias'],
-  ['refuses_forced_tool_choice', { tools, tool_choice: 'required' }, 'tool_choice'],
-  ['refuses_response_format_json', { response_format: { type: 'json_object' } }, 'response_format'],
+  ['refuses_unknown_forced_tool', { tools, tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice'],
+  ['refuses_unsupported_schema', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } } } }, 'response_format'],
 ]) {
   await check(name, async () => {
     try {
