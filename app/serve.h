@@ -75,7 +75,8 @@ typedef struct srv_request {
  * API are ignored. Chat messages are normalized for the chat template:
  * content parts joined, a null content "", tool-call arguments sent as a
  * JSON string parsed into the object templates expect, reasoning_content
- * also given as "thinking" (gpt-oss's name). Malformed
+ * also given as "thinking" (gpt-oss's name), a tool without a description
+ * given "". Malformed
  * JSON, wrong types, values out of range and missing required fields fill *e
  * (status 400) and return -1. On success *r owns its strings; free it with
  * srv_request_free (also safe after a failure). */

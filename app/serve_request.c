@@ -418,8 +418,18 @@ static int get_tools(const json_t *root, srv_request *r, json_t *chat, srv_err *
         }
     }
     if (tools && json_array_size(tools) && strcmp(how, "none")) {
-        json_object_set(chat, "tools", tools);
-        if (!(r->tools_json = json_dumps(tools, JSON_COMPACT)))
+        /* a function without a description gets "" (clients leave it out;
+         * templates such as gpt-oss's concatenate it) */
+        json_t *norm = json_deep_copy(tools);
+        size_t i;
+        json_t *t;
+        json_array_foreach(norm, i, t) {
+            json_t *f = json_object_get(t, "function");
+            if (!json_is_string(json_object_get(f, "description")))
+                json_object_set_new(f, "description", json_string(""));
+        }
+        json_object_set_new(chat, "tools", norm);
+        if (!norm || !(r->tools_json = json_dumps(norm, JSON_COMPACT)))
             return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     return 0;

