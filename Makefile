@@ -75,9 +75,10 @@ bench: $(BENCH_BIN) $(BIN)
 test: tests
 	@BUILD=$(BUILD) BIN=./$(BIN) tests/run.sh
 
-# The loader and CLI refusal tests again, under AddressSanitizer + UBSan.
+# The whole suite again, under AddressSanitizer + UBSan; the Jinja fuzzer
+# runs a minute there (20 s in the plain run).
 asan:
-	$(MAKE) BUILD=build-asan BIN=build-asan/moestream OPT=-O1 \
+	MS_FUZZ_SECONDS=60 $(MAKE) BUILD=build-asan BIN=build-asan/moestream OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 # The whole suite, then again under the sanitizers (what CI runs).

@@ -416,10 +416,25 @@ static jv center(jctx *x, const jstr *s, int64_t width, const char *fill, int ho
 
 /* ---- Python's % formatting and str.format ---------------------------------------------- */
 
+/* A width or precision of a format: decimal digits at s[*i...]. Fails past
+ * 2e8 so that the int cannot overflow (no output is that wide anyway). */
+static int fmt_number(jctx *x, const char *s, size_t n, size_t *i)
+{
+    int v = 0;
+    while (*i < n && s[*i] >= '0' && s[*i] <= '9') {
+        v = v * 10 + (s[(*i)++] - '0');
+        if (v > 200000000)
+            jx_fail(x, "format width or precision too large");
+    }
+    return v;
+}
+
 /* One number or string formatted by a printf-like conversion. */
 static void put_conv(jctx *x, jbuf *b, jv v, char conv, const char *flags, int width, int prec)
 {
     char fmt[32], out[512];
+    if (width > (int64_t)x->max_output)
+        jx_fail(x, "width %d passes the output limit", width);
     if (conv == 's' || conv == 'r' || conv == 'a') {
         jbuf t = {0};
         if (conv == 's')
@@ -441,12 +456,18 @@ static void put_conv(jctx *x, jbuf *b, jv v, char conv, const char *flags, int w
                 jb_putc(x, b, ' ');
         return;
     }
+    /* conv goes into a printf format below: only the conversions handled there
+     * (str.format's spec passes any character, e.g. 'p', 'S', 'm', NUL) */
+    if (!conv || !strchr("diouxXeEfFgGc", conv))
+        jx_fail(x, "Unknown format code '%c' for object of type '%s'", conv, jv_type_name(v));
     if (!jv_is_num(v)) {
         jx_need(x, v);
         jx_fail(x, "%%%c format: a real number is required, not %s", conv, jv_type_name(v));
     }
     if (width > 256 || prec > 100)
         jx_fail(x, "format width or precision too large");
+    if (v.t == JT_FLOAT && strchr("diouxX", conv) && !(fabs(v.u.f) < 9.2e18))
+        jx_fail(x, "%%%c format: %g does not fit in 64 bits", conv, v.u.f);  /* the cast is UB */
     if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o' || conv == 'u') {
         long long i = v.t == JT_FLOAT ? (long long)v.u.f : (long long)v.u.i;
         char c = conv == 'i' || conv == 'u' ? 'd' : conv;
@@ -501,13 +522,10 @@ jv jx_percent_format(jctx *x, jv fmt, jv args)
         int nf = 0, width = 0, prec = -1;
         while (i < f->n && strchr("-+ #0", f->p[i]) && nf < 6)
             flags[nf++] = f->p[i++];
-        while (i < f->n && f->p[i] >= '0' && f->p[i] <= '9')
-            width = width * 10 + (f->p[i++] - '0');
+        width = fmt_number(x, f->p, f->n, &i);
         if (i < f->n && f->p[i] == '.') {
-            prec = 0;
             i++;
-            while (i < f->n && f->p[i] >= '0' && f->p[i] <= '9')
-                prec = prec * 10 + (f->p[i++] - '0');
+            prec = fmt_number(x, f->p, f->n, &i);
         }
         if (i >= f->n)
             jx_fail(x, "incomplete format");
@@ -558,13 +576,10 @@ static void format_spec(jctx *x, jbuf *b, jv v, const char *spec, size_t n)
         zero = 1;
         i++;
     }
-    while (i < n && spec[i] >= '0' && spec[i] <= '9')
-        width = width * 10 + (spec[i++] - '0');
+    width = fmt_number(x, spec, n, &i);
     if (i < n && spec[i] == '.') {
-        prec = 0;
         i++;
-        while (i < n && spec[i] >= '0' && spec[i] <= '9')
-            prec = prec * 10 + (spec[i++] - '0');
+        prec = fmt_number(x, spec, n, &i);
     }
     if (i < n)
         type = spec[i++];
@@ -646,9 +661,9 @@ static jv str_format(jctx *x, const jstr *f, const jargs *a)
                 jx_fail(x, "Replacement index %d out of range for positional args tuple",
                         auto_i - 1);
         } else if (field[0] >= '0' && field[0] <= '9') {
-            int k = atoi(field);
+            long k = strtol(field, NULL, 10);   /* not atoi: "{4294967295}" gave -1 */
             if (k >= a->n)
-                jx_fail(x, "Replacement index %d out of range for positional args tuple", k);
+                jx_fail(x, "Replacement index %ld out of range for positional args tuple", k);
             v = a->v[k];
         } else {
             char name[128];
@@ -1082,8 +1097,10 @@ static jv f_sum(jctx *x, jv in, const jargs *a)
         }
         if (total.t == JT_FLOAT || v.t == JT_FLOAT)
             total = jv_float(jv_num(total) + jv_num(v));
+        else if (__builtin_add_overflow(total.u.i, v.u.i, &total.u.i))
+            jx_fail(x, "integer result out of the 64-bit range");
         else
-            total = jv_int(total.u.i + v.u.i);
+            total = jv_int(total.u.i);   /* start=True gives an int */
     }
     return total;
 }

@@ -408,8 +408,8 @@ static jv arith(jctx *x, int op, jv a, jv b)
                 if (r == 0 || r == 1)
                     break;
             }
-            if (r == -1 && (q % 2 == 0))
-                r = 1;
+            if (p == -1)   /* the loop stops at r == 1 after two rounds: (-1) ** 3 */
+                r = q % 2 ? -1 : 1;
             return int_result(x, r);
         }
         }

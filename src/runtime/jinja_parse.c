@@ -679,6 +679,8 @@ static jnode *subscript(parser *p, jnode *n)
         break;
     }
     expect_op(p, "]");
+    if (items.n > 1 && slice)   /* x[1:2, 3]: no slice values (the slice's a would stay NULL) */
+        pfail(p, k->line, "a slice inside a tuple subscript is not supported");
     if (items.n == 1 && slice) {
         slice->a = n;
         return slice;
