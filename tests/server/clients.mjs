@@ -10,6 +10,7 @@ import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { ChatOpenAI } from '@langchain/openai';
 import { tool as lcTool } from '@langchain/core/tools';
 import { z } from 'zod';
+import OpenAI from 'openai';
 
 const [toolUrl, jsonUrl] = process.argv.slice(2);
 globalThis.AI_SDK_LOG_WARNINGS = false;
@@ -120,4 +121,28 @@ await check('langchain_with_structured_output', async () => {
   const r = await chat(jsonUrl).withStructuredOutput(city, { includeRaw: true }).invoke(prompt);
   if (!isParis(r.parsed)) return `parsed ${JSON.stringify(r.parsed)} from ${JSON.stringify(r.raw?.content)}`;
 });
+// ---- the openai client: response_format ------------------------------------------------
+const oaJson = new OpenAI({ maxRetries: 0, timeout: 120000, baseURL: `${jsonUrl}/v1`, apiKey: 'x' });
+const oaTool = new OpenAI({ maxRetries: 0, timeout: 120000, baseURL: `${toolUrl}/v1`, apiKey: 'x' });
+const citySchema = { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Rome'] } },
+                     required: ['city'], additionalProperties: false };
+await check('openai_response_format_json_schema', async () => {
+  const r = await oaJson.chat.completions.create({ model: 'm', temperature: 0, messages: [{ role: 'user', content: prompt }],
+    response_format: { type: 'json_schema', json_schema: { name: 'city', strict: true, schema: citySchema } } });
+  const o = JSON.parse(r.choices[0].message.content);
+  if (!isParis(o) || r.choices[0].finish_reason !== 'stop') return JSON.stringify(r.choices[0]);
+});
+// the grammar really constrains: the tool model wants to call get_weather, the schema
+// leaves it only a JSON answer, which it must then finish and stop
+await check('openai_response_format_overrides_the_model', async () => {
+  const r = await oaTool.chat.completions.create({ model: 'm', temperature: 0, max_tokens: 60,
+    messages: [{ role: 'user', content: prompt }],
+    response_format: { type: 'json_schema', json_schema: { name: 'city', strict: true, schema: citySchema } } });
+  const ch = r.choices[0];
+  let o;
+  try { o = JSON.parse(ch.message.content); } catch (e) { return `not JSON: ${JSON.stringify(ch)}`; }
+  if (!['Paris', 'Rome'].includes(o.city) || Object.keys(o).length !== 1 || ch.finish_reason !== 'stop')
+    return JSON.stringify(ch);
+});
+
 process.exit(failed ? 1 : 0);
