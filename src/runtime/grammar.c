@@ -763,6 +763,121 @@ int ms_grammar_json(int n, const char *const *prefixes, const char *const *schem
     return 0;
 }
 
+/* ---- Qwen3-Coder's XML calls ----------------------------------------------------------- */
+
+/* A parameter's text value: anything but "</" (which starts the closing
+ * tag), so the value cannot swallow "</parameter>". */
+static int xml_text_rule(build *b)
+{
+    int r = new_rule(b), ch = new_rule(b);
+    gseq s = {0};
+    add_empty(b, r);
+    ref(b, &s, ch);
+    ref(b, &s, r);
+    add_alt(b, r, &s);
+    chars(b, &s, "^<");
+    add_alt(b, ch, &s);
+    byte(b, &s, '<');
+    chars(b, &s, "^/");
+    add_alt(b, ch, &s);
+    b->g->rules[ch].alt[0][0].set[0] &= (uint8_t)~1u; /* no NUL */
+    b->g->rules[ch].alt[1][1].set[0] &= (uint8_t)~1u;
+    return r;
+}
+
+/* "<tool_call>\n<function=NAME>\n" then each parameter as
+ * "<parameter=K>\nVALUE\n</parameter>\n" in the schema's order (optional
+ * ones may be left out; strings as text, other types as JSON), then
+ * "</function>\n</tool_call>". */
+int ms_grammar_xml_calls(int n, const char *const *names, const char *const *schemas,
+                         const char *open, ms_grammar **out, ms_error *err)
+{
+    *out = NULL;
+    ms_grammar *g = calloc(1, sizeof *g);
+    if (!g)
+        return ms_err_set(err, MS_E_NOMEM, "out of memory building a grammar");
+    build b = {.g = g, .err = err, .refs = json_object()};
+    int root = new_rule(&b), text = xml_text_rule(&b);
+    g->root = root;
+    for (int t = 0; t < n && !b.failed; t++) {
+        json_error_t je;
+        json_t *doc = json_loads(schemas[t] ? schemas[t] : "{}", 0, &je);
+        const json_t *props = json_object_get(doc, "properties");
+        const json_t *req = json_object_get(doc, "required");
+        if (!json_is_object(doc)) {
+            ms_err_set(err, MS_E_ARG, "tool %s: parameters must be a JSON object", names[t]);
+            b.failed = 1;
+            json_decref(doc);
+            break;
+        }
+        b.doc = doc;
+        json_object_clear(b.refs);
+        size_t np = json_object_size(props), k = 0;
+        int *rest = calloc(np + 1, sizeof *rest), *val = calloc(np + 1, sizeof *val);
+        int *need = calloc(np + 1, sizeof *need);
+        const char **keys = calloc(np + 1, sizeof *keys);
+        if (!rest || !val || !need || !keys) {
+            b.failed = 1;
+        } else {
+            const char *key;
+            const json_t *v;
+            json_object_foreach((json_t *)props, key, v) {
+                char path[300];
+                snprintf(path, sizeof path, "%s.properties.%s", names[t], key);
+                const char *ty = json_string_value(json_object_get(v, "type"));
+                keys[k] = key;
+                val[k] = ty && !strcmp(ty, "string") && !json_object_get(v, "enum")
+                       ? text : schema_rule(&b, v, path);
+                for (size_t i = 0; json_is_array(req) && i < json_array_size(req); i++)
+                    need[k] |= !strcmp(json_string_value(json_array_get(req, i)) ?
+                                       json_string_value(json_array_get(req, i)) : "", key);
+                k++;
+            }
+            rest[np] = new_rule(&b);
+            add_empty(&b, rest[np]);
+            for (size_t i = np; i-- > 0;) {
+                gseq s = {0};
+                rest[i] = new_rule(&b);
+                lit(&b, &s, "<parameter=", 11);
+                lit(&b, &s, keys[i], strlen(keys[i]));
+                lit(&b, &s, ">\n", 2);
+                ref(&b, &s, val[i]);
+                lit(&b, &s, "\n</parameter>\n", 14);
+                ref(&b, &s, rest[i + 1]);
+                add_alt(&b, rest[i], &s);
+                if (!need[i]) {
+                    ref(&b, &s, rest[i + 1]);
+                    add_alt(&b, rest[i], &s);
+                }
+            }
+            gseq s = {0};
+            if (open)
+                lit(&b, &s, open, strlen(open));
+            lit(&b, &s, "<tool_call>\n<function=", 22);
+            lit(&b, &s, names[t], strlen(names[t]));
+            lit(&b, &s, ">\n", 2);
+            ref(&b, &s, rest[0]);
+            lit(&b, &s, "</function>\n</tool_call>", 24);
+            add_alt(&b, root, &s);
+        }
+        free(rest);
+        free(val);
+        free(need);
+        free(keys);
+        json_decref(doc);
+        b.doc = NULL;
+    }
+    json_decref(b.refs);
+    if (b.failed) {
+        if (!err->msg[0])
+            ms_err_set(err, MS_E_NOMEM, "out of memory building a grammar");
+        ms_grammar_free(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
 /* ---- parse stacks -------------------------------------------------------------------- */
 
 typedef struct snode {

@@ -12,6 +12,11 @@
 
 typedef struct ms_gstate ms_gstate;
 
+/* Qwen3-Coder's XML call to one of n tools (names, parameters schemas),
+ * after `open` (may be NULL: what closes an opened reasoning). */
+int ms_grammar_xml_calls(int n, const char *const *names, const char *const *schemas,
+                         const char *open, ms_grammar **out, ms_error *err);
+
 int ms_gstate_new(const ms_grammar *g, ms_gstate **out, ms_error *err);
 void ms_gstate_free(ms_gstate *s);
 /* Feeds bytes; 1 when the grammar takes them all (the state moved), 0 when

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "moestream.h"
+#include "runtime/grammar.h"
 
 static const char *const format_names[] = {
     [MS_TOOLS_HARMONY] = "harmony",         [MS_TOOLS_QWEN3] = "qwen3",
@@ -561,11 +562,6 @@ int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_
     *g = NULL;
     json_t *tools = json_loads(tools_json ? tools_json : "[]", 0, NULL);
     size_t n = json_array_size(tools);
-    if (format == MS_TOOLS_QWEN3_CODER) {
-        json_decref(tools);
-        return ms_err_set(err, MS_E_UNSUPPORTED, "forcing a tool call is not supported in the "
-                          "Qwen3-Coder XML syntax yet");
-    }
     char **pre = calloc(n + 1, sizeof *pre), **sch = calloc(n + 1, sizeof *sch);
     int k = 0, rc = -1;
     const char *suffix = NULL;
@@ -585,6 +581,9 @@ int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_
         json_decref(nm);
         char buf[1024];
         switch (format) {
+        case MS_TOOLS_QWEN3_CODER: /* the name alone: the XML grammar frames it */
+            snprintf(buf, sizeof buf, "%s", name);
+            break;
         case MS_TOOLS_HARMONY:
             snprintf(buf, sizeof buf, "<|channel|>commentary to=functions.%s <|constrain|>json"
                      "<|message|>", name);
@@ -621,7 +620,12 @@ int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_
                    only ? only : "");
         goto out;
     }
-    rc = ms_grammar_json(k, (const char *const *)pre, (const char *const *)sch, suffix, g, err);
+    if (format == MS_TOOLS_QWEN3_CODER)
+        rc = ms_grammar_xml_calls(k, (const char *const *)pre, (const char *const *)sch,
+                                  *open ? open : NULL, g, err);
+    else
+        rc = ms_grammar_json(k, (const char *const *)pre, (const char *const *)sch, suffix, g,
+                             err);
 out:
     for (int i = 0; i < k; i++) {
         free(pre[i]);

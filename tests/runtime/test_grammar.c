@@ -124,6 +124,37 @@ static void test_refs_and_any_object(void)
     ms_grammar_free(g);
 }
 
+/* Qwen3-Coder's forced call: the XML frame, string values as text, other
+ * types as JSON, and what the grammar accepts parses back into the call. */
+static void test_xml_call(void)
+{
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                        "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+                        "{\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}, "
+                        "\"required\": [\"city\"]}}}]";
+    ms_grammar *g = NULL;
+    ms_error err = {0};
+    CHECK(ms_grammar_for_tool_call(MS_TOOLS_QWEN3_CODER, 0, tools, NULL, &g, &err) == 0, "%s",
+          err.msg);
+    const char *call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nS\xc3\xa3o <b> "
+                       "Paulo\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n"
+                       "</tool_call>";
+    CHECK(accepts(g, call) == 1, "the call");
+    CHECK(accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n"
+                     "</function>\n</tool_call>") == 0, "city is required");
+    CHECK(accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n"
+                     "<parameter=days>\nthree\n</parameter>\n</function>\n</tool_call>") == 0,
+          "days is an integer");
+    char *msg = NULL;
+    CHECK(ms_chat_parse(MS_TOOLS_QWEN3_CODER, call, strlen(call), tools, 0, &msg, NULL, &err) == 0,
+          "%s", err.msg);
+    CHECK(msg && strstr(msg, "\"name\": \"get_weather\"") &&
+          strstr(msg, "\\\"city\\\":\\\"S\xc3\xa3o <b> Paulo\\\"") && strstr(msg, "\\\"days\\\":3"),
+          "parsed back: %s", msg ? msg : "(null)");
+    free(msg);
+    ms_grammar_free(g);
+}
+
 static void test_refusals(void)
 {
     const char *bad[][2] = {
@@ -219,6 +250,7 @@ int main(void)
     TEST_CASE(test_values);
     TEST_CASE(test_arrays);
     TEST_CASE(test_refs_and_any_object);
+    TEST_CASE(test_xml_call);
     TEST_CASE(test_refusals);
     TEST_CASE(test_masks_real_vocab);
     return t_finish();
