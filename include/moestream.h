@@ -111,6 +111,14 @@ int ms_session_truncate(ms_session *s, int64_t keep, ms_error *err);
  * pos + n > ctx. */
 int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n,
                     float *logits, ms_error *err);
+
+/* One decode step of several sessions of one engine at once: ids[i] is
+ * evaluated at session i's next position (each session appears once; at
+ * most the engine's batch size). Every dense weight and every routed expert
+ * of the step is read once for all of them, and each session's logits,
+ * cache and position come out bit-identical to ms_session_eval of its id
+ * alone. Refuses before evaluating anything if a session is full. */
+int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_error *err);
 const float *ms_session_logits(const ms_session *s);
 
 /* Makes the session hold exactly ids[0..n): keeps the longest prefix it

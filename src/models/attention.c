@@ -61,7 +61,7 @@ static void head_task(void *ctx, int64_t h, int worker)
                 j->scores + (int64_t)worker * j->ctx, j->o + h * hd);
 }
 
-void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, ms_kv *kv, const float *x,
+void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, int layer, const float *x,
                     float *out, float *scratch)
 {
     int64_t n = f->n, hd = a->head_dim;
@@ -79,7 +79,8 @@ void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, ms_kv *kv, const float *x,
         ms_add_bias(v, a->bv, n, kd);
     }
     for (int64_t t = 0; t < n; t++) {
-        int64_t pos = f->pos0 + t;
+        int64_t pos = ms_fwd_pos(f, t);
+        ms_kv *kv = ms_fwd_kv(f, layer, t);
         float *qt = q + t * qd, *kt = kk + t * kd;
         if (a->q_norm) {
             head_norm(qt, a->n_heads, (int)hd, a->q_norm, a->norm_eps);

@@ -38,7 +38,7 @@ int64_t ms_gqa_scratch(const ms_gqa *a, int64_t n);
  * writes their K/V into kv and the projected output (o_proj + bias, no
  * residual) into out [n][d_model]. Positions are processed in order, each
  * written before it attends, so a ring buffer of `window` slots suffices. */
-void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, ms_kv *kv, const float *x,
+void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, int layer, const float *x,
                     float *out, float *scratch);
 
 #endif

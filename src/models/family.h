@@ -38,11 +38,18 @@ typedef struct ms_timers {
     double attn, experts, head, other;   /* seconds */
 } ms_timers;
 
-/* One forward call: n consecutive positions pos0..pos0+n-1 (n <= max_batch). */
+/* One forward call: n consecutive positions pos0..pos0+n-1 of one sequence
+ * (n <= max_batch), or, with n_seq > 1, n rows of several sequences (a
+ * batched decode step): row t is position pos[t] of sequence seq[t], whose
+ * caches are kvs[seq[t]]. A row's result never depends on the other rows. */
 typedef struct ms_fwd {
     const int32_t *ids;       /* [n] */
     int64_t n, pos0;
-    ms_kv *kv;                /* [n_layers] */
+    ms_kv *kv;                /* [n_layers] (one sequence) */
+    int n_seq;                /* 0 or 1: one sequence */
+    const int *seq;           /* [n] */
+    const int64_t *pos;       /* [n] */
+    ms_kv *const *kvs;        /* [n_seq][n_layers] */
     float *scores;            /* attention scratch: [ms_pool_threads()][ctx] */
     int64_t ctx;              /* positions the session can hold */
     float *logits;            /* [n][vocab] when logits_all, else [vocab] (last row) */
@@ -50,6 +57,17 @@ typedef struct ms_fwd {
     ms_trace *trace;          /* NULL unless dumping named intermediates */
     ms_timers *timers;
 } ms_fwd;
+
+/* The position and the layer-l cache of row t of a forward call. */
+static inline int64_t ms_fwd_pos(const ms_fwd *f, int64_t t)
+{
+    return f->n_seq > 1 ? f->pos[t] : f->pos0 + t;
+}
+
+static inline ms_kv *ms_fwd_kv(const ms_fwd *f, int l, int64_t t)
+{
+    return f->n_seq > 1 ? &f->kvs[f->seq[t]][l] : &f->kv[l];
+}
 
 typedef struct ms_model_opts {
     int max_batch;            /* most positions per forward call */

@@ -294,7 +294,7 @@ static void attention(longcat *m, const ms_fwd *f, int l, int i)
     lc_layer *L = &m->layers[l];
     int64_t n = f->n, d = m->d;
     ms_rmsnorm(m->x, L->in_norm[i], (float)m->eps, n, d, m->xn);
-    ms_mla_forward(&L->attn[i], f, &f->kv[l], m->xn, m->tmp, m->work);
+    ms_mla_forward(&L->attn[i], f, l, m->xn, m->tmp, m->work);
     ms_add(m->x, m->tmp, n * d);
     ms_trace_f32(f->trace, m->x, n, d, "L%d.attn%d_out", l, i);
 }

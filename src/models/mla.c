@@ -214,19 +214,19 @@ static void attend(const ms_mla *a, const ms_kv *kv, const float *qc, int64_t po
  * already holds all n positions, and each attends only up to its own. */
 typedef struct attend_job {
     const ms_mla *a;
-    const ms_kv *kv;
+    const ms_fwd *f;
+    int layer;
     const float *qcat; /* [n][H][row] */
     float *olat;       /* [n][H][kv_lora] */
-    float *scores;     /* [threads][ctx] */
-    int64_t pos0, ctx;
 } attend_job;
 
 static void attend_task(void *ctx, int64_t i, int worker)
 {
     const attend_job *j = ctx;
     const ms_mla *a = j->a;
-    attend(a, j->kv, j->qcat + i * ms_mla_kv_row(a), j->pos0 + i / a->n_heads,
-           j->scores + (int64_t)worker * j->ctx, j->olat + i * a->kv_lora);
+    int64_t t = i / a->n_heads;
+    attend(a, ms_fwd_kv(j->f, j->layer, t), j->qcat + i * ms_mla_kv_row(a), ms_fwd_pos(j->f, t),
+           j->f->scores + (int64_t)worker * j->f->ctx, j->olat + i * a->kv_lora);
 }
 
 /* vout[t][h] = W_UV_h olat[t][h]: the v rows of kv_b, heads in parallel. */
@@ -242,7 +242,7 @@ static void absorb_out(const ms_mla *a, const float *olat, int64_t n, float *kvb
                    (size_t)a->v * 4);
 }
 
-void ms_mla_forward(const ms_mla *a, const ms_fwd *f, ms_kv *kv, const float *x, float *out,
+void ms_mla_forward(const ms_mla *a, const ms_fwd *f, int layer, const float *x, float *out,
                     float *scratch)
 {
     int64_t n = f->n, H = a->n_heads, kvl = a->kv_lora, row = ms_mla_kv_row(a);
@@ -266,14 +266,14 @@ void ms_mla_forward(const ms_mla *a, const ms_fwd *f, ms_kv *kv, const float *x,
         if (a->kv_scale != 1.0f) /* after the norm, never on k_rope */
             for (int64_t i = 0; i < kvl; i++)
                 c[i] *= a->kv_scale;
-        ms_rope_table(a->rope_tab, f->pos0 + t, cs);
+        int64_t pos = ms_fwd_pos(f, t);
+        ms_rope_table(a->rope_tab, pos, cs);
         ms_rope_apply(a->rope_tab, cs, q + t * H * qk + a->nope, (int)H, qk);
         ms_rope_apply(a->rope_tab, cs, c + kvl, 1, row);
-        memcpy(ms_kv_at(kv, f->pos0 + t) + a->kv_off, c, (size_t)row * 4);
+        memcpy(ms_kv_at(ms_fwd_kv(f, layer, t), pos) + a->kv_off, c, (size_t)row * 4);
     }
     absorb_q(a, q, n, qp, qcat);
-    attend_job aj = {.a = a, .kv = kv, .qcat = qcat, .olat = olat, .scores = f->scores,
-                     .pos0 = f->pos0, .ctx = f->ctx};
+    attend_job aj = {.a = a, .f = f, .layer = layer, .qcat = qcat, .olat = olat};
     ms_pool_run(n * H, attend_task, &aj);
     absorb_out(a, olat, n, kvb, vout);
     ms_matmul(&a->wo, vout, (int)n, out);

@@ -82,7 +82,7 @@ int64_t ms_mla_scratch(const ms_mla *a, int64_t n);
  * writes their [c | k_rope] into kv (at kv_off of each row) and the
  * projected output (o_proj, no residual) into out [n][d_model]. Positions
  * are processed in order, each written before it attends. */
-void ms_mla_forward(const ms_mla *a, const ms_fwd *f, ms_kv *kv, const float *x, float *out,
+void ms_mla_forward(const ms_mla *a, const ms_fwd *f, int layer, const float *x, float *out,
                     float *scratch);
 
 /* The rotary settings of an MLA model, read by ms_mla_read_rope. */

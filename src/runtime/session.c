@@ -135,6 +135,22 @@ static int check_ids(const ms_session *s, const int32_t *ids, int64_t n, ms_err 
     return 0;
 }
 
+/* Enough attention scratch for the compute threads (another engine opened
+ * since this session may have raised them). */
+static int ensure_scores(ms_session *s, ms_err *err)
+{
+    int nt = ms_pool_threads();
+    if (nt <= s->n_scores)
+        return 0;
+    float *sc = ms_calloc((size_t)(nt * s->ctx), 4, "attention scratch", err);
+    if (!sc)
+        return -1;
+    free(s->scores);
+    s->scores = sc;
+    s->n_scores = nt;
+    return 0;
+}
+
 int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
                     ms_error *err)
 {
@@ -142,17 +158,8 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
         return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 tokens)");
     if (check_ids(s, ids, n, err))
         return -1;
-    /* one row of attention scratch per compute thread, which another engine
-     * opened since this session may have raised */
-    int nt = ms_pool_threads();
-    if (nt > s->n_scores) {
-        float *sc = ms_calloc((size_t)(nt * s->ctx), 4, "attention scratch", err);
-        if (!sc)
-            return -1;
-        free(s->scores);
-        s->scores = sc;
-        s->n_scores = nt;
-    }
+    if (ensure_scores(s, err))
+        return -1;
     ms_model *m = s->eng->model;
     double t0 = ms_now();
     for (int64_t off = 0; off < n; off += m->max_batch) {
@@ -181,6 +188,63 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
         s->stats.t_decode += dt;
     }
     return 0;
+}
+
+int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_error *err)
+{
+    if (n <= 0)
+        return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 sessions)");
+    const ms_engine *eng = ss[0]->eng;
+    ms_model *m = eng->model;
+    if (n > m->max_batch)
+        return ms_err_set(err, MS_E_ARG, "%d sessions in one step, at most %d", n,
+                          m->max_batch);
+    ms_session *big = ss[0]; /* its scratch rows are the longest */
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->eng != eng)
+            return ms_err_set(err, MS_E_ARG, "a batched step needs sessions of one engine");
+        for (int k = 0; k < i; k++)
+            if (ss[k] == ss[i])
+                return ms_err_set(err, MS_E_ARG, "session %d appears twice in one step", i);
+        if (check_ids(ss[i], ids + i, 1, err))
+            return ms_err_wrap(err, "session %d", i);
+        if (ensure_scores(ss[i], err))
+            return -1;
+        if (ss[i]->ctx > big->ctx)
+            big = ss[i];
+    }
+    int *seq = ms_malloc(sizeof *seq * (size_t)n, "batch rows", err);
+    int64_t *pos = ms_malloc(sizeof *pos * (size_t)n, "batch rows", err);
+    ms_kv **kvs = ms_malloc(sizeof *kvs * (size_t)n, "batch rows", err);
+    float *logits = ms_malloc(sizeof *logits * (size_t)n * (size_t)m->vocab, "batch logits", err);
+    int rc = -1;
+    if (seq && pos && kvs && logits) {
+        for (int i = 0; i < n; i++) {
+            seq[i] = i;
+            pos[i] = ss[i]->pos;
+            kvs[i] = ss[i]->kv;
+        }
+        double t0 = ms_now();
+        ms_fwd f = {.ids = ids, .n = n, .n_seq = n > 1 ? n : 0, .seq = seq, .pos = pos,
+                    .kvs = kvs, .pos0 = ss[0]->pos, .kv = ss[0]->kv, .scores = big->scores,
+                    .ctx = big->ctx, .trace = ss[0]->trace, .timers = &ss[0]->timers,
+                    .logits = logits, .logits_all = 1};
+        rc = eng->family->forward(m, &f, err);
+        double dt = ms_now() - t0;
+        for (int i = 0; rc == 0 && i < n; i++) {
+            ms_session *s = ss[i];
+            memcpy(s->logits, logits + (size_t)i * (size_t)m->vocab, (size_t)m->vocab * 4);
+            s->hist[s->pos++] = ids[i];
+            s->have_logits = 1;
+            s->stats.n_decode_tokens++;
+            s->stats.t_decode += dt / n;
+        }
+    }
+    free(seq);
+    free(pos);
+    free(kvs);
+    free(logits);
+    return rc;
 }
 
 const float *ms_session_logits(const ms_session *s)
