@@ -283,6 +283,7 @@ static json_t *jstr(const char *s, size_t n)
 typedef struct gen {
     srv *sv;
     srv_job *j;
+    ms_session *s;             /* the slot's */
     int chat, stream;
     strbuf content, reasoning, pending;
     int32_t *ids;
@@ -388,7 +389,7 @@ static json_t *lp_entry(const ms_tokenizer *tok, int32_t id, double lp)
  * it was sampled from (the model's, before temperature and penalties). */
 static void add_logprobs(gen *g, int32_t id)
 {
-    const float *l = ms_session_logits(g->sv->s);
+    const float *l = ms_session_logits(g->s);
     int32_t n = g->sv->info->vocab_size, lim = ms_tokenizer_n_ids(g->sv->tok);
     if (lim < n)
         n = lim;
@@ -583,25 +584,69 @@ static void fail_job(gen *g, int status, const char *type, const char *code, con
     srv_job_finish(g->j, status, body);
 }
 
-static void run_job(srv *sv, srv_job *j)
+/* ---- slots: the jobs being served, decoded together -------------------------------
+ *
+ * Each slot has its own session (KV cache), sampler and parsers. Between
+ * steps the worker admits queued jobs into free slots (the slot whose cache
+ * shares the longest prefix with the prompt), evaluates one chunk of each
+ * prompt still being read, then samples one token for every decoding slot
+ * and evaluates all those tokens in one batched step: one pass over the
+ * weights for all. A row never depends on the others, so each answer is
+ * bit-identical to serving it alone. */
+
+#define PREFILL_CHUNK 256
+
+typedef struct slot {
+    ms_session *s;
+    srv_job *j;                /* NULL: free */
+    gen g;
+    ms_sampler *smp;
+    ms_chat_parser *parser;
+    ms_grammar *gram;
+    ms_gen_opts go;
+    ms_gen *gen;               /* NULL while the prompt is being read */
+    int64_t reused, fed;       /* prompt positions kept from the cache / in it now */
+    int32_t next;              /* the id the coming step evaluates */
+} slot;
+
+static void slot_free(slot *sl)
+{
+    json_decref(sl->g.lp_pending);
+    free(sl->g.raw.p);
+    free(sl->g.content.p);
+    free(sl->g.reasoning.p);
+    free(sl->g.pending.p);
+    free(sl->g.ids);
+    ms_chat_parser_close(sl->parser);
+    ms_sampler_close(sl->smp);
+    ms_grammar_free(sl->gram);
+    ms_session *s = sl->s;
+    memset(sl, 0, sizeof *sl);
+    sl->s = s;
+}
+
+/* Sets the job up in the slot; 0 when its prompt is to be read, -1 when it
+ * ended here (refused: the response is sent, the slot left free). */
+static int slot_start(srv *sv, slot *sl, srv_job *j)
 {
     ms_error err = {0};
-    ms_sampler *smp = NULL;
-    ms_chat_parser *parser = NULL;
-    json_t *message = NULL;
-    gen g = {.sv = sv, .j = j, .chat = j->req.kind == SRV_CHAT, .stream = j->req.stream,
-             .tools = j->req.kind == SRV_CHAT && j->req.tools_json != NULL,
-             .format = ms_engine_tool_format(sv->eng),
-             .lp_pending = j->req.logprobs ? json_array() : NULL};
-    int64_t reused = 0;
+    sl->j = j;
+    sl->g = (gen){.sv = sv, .j = j, .s = sl->s, .chat = j->req.kind == SRV_CHAT,
+                  .stream = j->req.stream,
+                  .tools = j->req.kind == SRV_CHAT && j->req.tools_json != NULL,
+                  .format = ms_engine_tool_format(sv->eng),
+                  .lp_pending = j->req.logprobs ? json_array() : NULL};
+    gen *g = &sl->g;
     if (sv->no_reuse)
-        ms_session_truncate(sv->s, 0, &err);
-    if (ms_session_sync(sv->s, j->ids, j->n_ids, &reused, &err)) {
-        fail_job(&g, err.code == MS_E_CONTEXT_FULL ? 400 : 500,
+        ms_session_truncate(sl->s, 0, &err);
+    if (ms_session_reuse(sl->s, j->ids, j->n_ids, &sl->reused, &err)) {
+        fail_job(g, err.code == MS_E_CONTEXT_FULL ? 400 : 500,
                  err.code == MS_E_CONTEXT_FULL ? "invalid_request_error" : "server_error",
                  err.code == MS_E_CONTEXT_FULL ? "context_length_exceeded" : NULL, err.msg);
-        return;
+        slot_free(sl);
+        return -1;
     }
+    sl->fed = sl->reused;
     ms_sampling sp = sv->sampling;
     const srv_request *r = &j->req;
     if (r->have_temperature) sp.temperature = (float)r->temperature;
@@ -616,142 +661,275 @@ static void run_job(srv *sv, srv_job *j)
     else if (!sv->have_seed) /* no seed anywhere: a different draw each time */
         sp.seed = (uint64_t)(now_s() * 1e9) ^ ((uint64_t)j->created << 20) ^
                   (uint64_t)(uintptr_t)j;
-    if (ms_sampler_open(&sp, sv->info->vocab_size, &smp, &err) ||
-        (g.chat && !g.tools &&
-         ms_chat_parser_open(sv->info->family, job_thinking(sv, j), &parser, &err))) {
-        fail_job(&g, 500, "server_error", NULL, err.msg);
-        goto out;
+    if (ms_sampler_open(&sp, sv->info->vocab_size, &sl->smp, &err) ||
+        (g->chat && !g->tools &&
+         ms_chat_parser_open(sv->info->family, job_thinking(sv, j), &sl->parser, &err))) {
+        fail_job(g, 500, "server_error", NULL, err.msg);
+        slot_free(sl);
+        return -1;
     }
-    ms_sampler_limit(smp, ms_tokenizer_n_ids(sv->tok)); /* only ids that have text */
-    ms_sampler_accept(smp, j->ids, j->n_ids);
-    if (g.stream && g.chat)
-        emit_json(&g, chunk(&g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
-                            NULL));
+    ms_sampler_limit(sl->smp, ms_tokenizer_n_ids(sv->tok)); /* only ids that have text */
+    ms_sampler_accept(sl->smp, j->ids, j->n_ids);
+    if (constrain(sv, j, &sl->gram, &err)) {
+        fail_job(g, err.code == MS_E_NOMEM ? 500 : 400,
+                 err.code == MS_E_NOMEM ? "server_error" : "invalid_request_error",
+                 NULL, err.msg);
+        slot_free(sl);
+        return -1;
+    }
+    if (g->stream && g->chat)
+        emit_json(g, chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
+                           NULL));
     int64_t room = sv->ctx - j->n_ids;
     int64_t max = r->max_tokens > 0 ? r->max_tokens
                 : sv->default_max_tokens > 0 ? sv->default_max_tokens : room;
-    ms_grammar *gram = NULL;
-    if (constrain(sv, j, &gram, &err)) {
-        fail_job(&g, err.code == MS_E_NOMEM ? 500 : 400,
-                 err.code == MS_E_NOMEM ? "server_error" : "invalid_request_error",
-                 NULL, err.msg);
+    sl->go = (ms_gen_opts){.max_tokens = max, .ignore_eos = r->ignore_eos || sv->ignore_eos,
+                           .cancel = &j->halt, .sampler = sl->smp, .tok = sv->tok,
+                           .parser = sl->parser, .grammar = sl->gram, .vocab = sv->vocab,
+                           .on_id = on_id, .on_text = on_text, .ctx = g};
+    return 0;
+}
+
+/* The response once the generation has ended (err set: it failed). */
+static void slot_finish(srv *sv, slot *sl, const ms_error *err)
+{
+    srv_job *j = sl->j;
+    gen *g = &sl->g;
+    const srv_request *r = &j->req;
+    ms_gen_result gr = {0};
+    json_t *message = NULL;
+    ms_gen_close(sl->gen, &gr);
+    sl->gen = NULL;
+    if (err) {
+        fail_job(g, 500, "server_error", NULL, err->msg);
         goto out;
     }
-    ms_gen_opts go = {.max_tokens = max, .ignore_eos = r->ignore_eos || sv->ignore_eos,
-                      .cancel = &j->halt, .sampler = smp, .tok = sv->tok, .parser = parser,
-                      .grammar = gram, .vocab = sv->vocab,
-                      .on_id = on_id, .on_text = on_text, .ctx = &g};
-    ms_gen_result gr;
-    int grc = ms_generate(sv->s, &go, &gr, &err);
-    ms_grammar_free(gram);
-    if (grc) {
-        fail_job(&g, 500, "server_error", NULL, err.msg);
-        goto out;
-    }
-    if (!g.stop_hit && g.pending.n) /* a partial stop sequence that never completed */
-        out_text(&g, MS_CHAT_ANSWER, g.pending.p, g.pending.n);
-    if (g.tools)
-        stream_parsed(&g, 1, &message);
+    int64_t reused = sl->reused;
+    if (!g->stop_hit && g->pending.n) /* a partial stop sequence that never completed */
+        out_text(g, MS_CHAT_ANSWER, g->pending.p, g->pending.n);
+    if (g->tools)
+        stream_parsed(g, 1, &message);
     int called = json_array_size(json_object_get(message, "tool_calls")) > 0;
     const char *finish = called && gr.stop != MS_STOP_LENGTH ? "tool_calls"
-                       : g.stop_hit || gr.stop == MS_STOP_EOS ? "stop" : "length";
-    int cancelled = gr.stop == MS_STOP_CANCEL && !g.stop_hit;
+                       : g->stop_hit || gr.stop == MS_STOP_EOS ? "stop" : "length";
+    int cancelled = gr.stop == MS_STOP_CANCEL && !g->stop_hit;
     fprintf(stderr, "serve: %s: %lld prompt tokens (%lld reused), %lld generated, %s, "
                 "%.3f s\n", j->id, (long long)j->n_ids, (long long)reused,
                 (long long)gr.n_tokens, cancelled ? "cancelled" : finish, now_s() - j->t_start);
     if (sv->stats)
-        run_opts_print_stats(sv->s);
+        run_opts_print_stats(sl->s);
     if (cancelled) {
         srv_job_finish(j, 499, NULL);
         goto out;
     }
-    if (g.stream) {
-        json_t *c = with_logprobs(&g, chunk(&g, g.chat ? json_object() : json_string(""), finish));
-        json_object_set_new(c, "moestream", ids_json(&g, reused));
-        emit_json(&g, c);
+    if (g->stream) {
+        json_t *c = with_logprobs(g, chunk(g, g->chat ? json_object() : json_string(""), finish));
+        json_object_set_new(c, "moestream", ids_json(g, reused));
+        emit_json(g, c);
         if (r->include_usage) {
             json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", j->id, "object",
-                                  g.chat ? "chat.completion.chunk" : "text_completion",
+                                  g->chat ? "chat.completion.chunk" : "text_completion",
                                   "created", (json_int_t)j->created, "model", sv->name,
                                   "choices", "usage", usage_json(j, gr.n_tokens, reused));
-            emit_json(&g, u);
+            emit_json(g, u);
         }
         srv_job_emit(j, "data: [DONE]\n\n", 14);
         srv_job_finish(j, 200, NULL);
         goto out;
     }
     json_t *choice;
-    if (g.chat) {
+    if (g->chat) {
         json_t *msg = message ? json_incref(message)
                     : json_pack("{s:s, s:o}", "role", "assistant", "content",
-                                jstr(g.content.p ? g.content.p : "", g.content.n));
-        if (!message && g.reasoning.n)
-            json_object_set_new(msg, "reasoning_content", jstr(g.reasoning.p, g.reasoning.n));
+                                jstr(g->content.p ? g->content.p : "", g->content.n));
+        if (!message && g->reasoning.n)
+            json_object_set_new(msg, "reasoning_content", jstr(g->reasoning.p, g->reasoning.n));
         choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
                            "finish_reason", finish);
     } else {
         choice = json_pack("{s:o, s:i, s:n, s:s}", "text",
-                           jstr(g.content.p ? g.content.p : "", g.content.n), "index", 0,
+                           jstr(g->content.p ? g->content.p : "", g->content.n), "index", 0,
                            "logprobs", "finish_reason", finish);
     }
-    if (g.lp_pending) { /* the whole list, in the choice */
+    if (g->lp_pending) { /* the whole list, in the choice */
         json_t *wrap = json_pack("{s:[o]}", "choices", choice);
-        with_logprobs(&g, wrap);
+        with_logprobs(g, wrap);
         json_incref(choice);
         json_decref(wrap);
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
-                          g.chat ? "chat.completion" : "text_completion", "created",
+                          g->chat ? "chat.completion" : "text_completion", "created",
                           (json_int_t)j->created, "model", sv->name, "choices", choice, "usage",
-                          usage_json(j, gr.n_tokens, reused), "moestream", ids_json(&g, reused));
+                          usage_json(j, gr.n_tokens, reused), "moestream", ids_json(g, reused));
     char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (body)
         srv_job_finish(j, 200, body);
     else
-        fail_job(&g, 500, "server_error", NULL, "out of memory building the response");
+        fail_job(g, 500, "server_error", NULL, "out of memory building the response");
 out:
     json_decref(message);
-    json_decref(g.lp_pending);
-    free(g.raw.p);
-    free(g.content.p);
-    free(g.reasoning.p);
-    free(g.pending.p);
-    free(g.ids);
-    ms_chat_parser_close(parser);
-    ms_sampler_close(smp);
+    slot_free(sl);
+}
+
+/* Reads up to PREFILL_CHUNK more prompt positions; opens the generation once
+ * the prompt is in. -1: the job ended (failed). */
+static int slot_prefill(srv *sv, slot *sl)
+{
+    ms_error err = {0};
+    srv_job *j = sl->j;
+    int64_t n = j->n_ids - sl->fed;
+    if (n > PREFILL_CHUNK)
+        n = PREFILL_CHUNK;
+    if (ms_session_eval(sl->s, j->ids + sl->fed, n, NULL, &err)) {
+        fail_job(&sl->g, err.code == MS_E_CONTEXT_FULL ? 400 : 500,
+                 err.code == MS_E_CONTEXT_FULL ? "invalid_request_error" : "server_error",
+                 err.code == MS_E_CONTEXT_FULL ? "context_length_exceeded" : NULL, err.msg);
+        slot_free(sl);
+        return -1;
+    }
+    sl->fed += n;
+    if (sl->fed == j->n_ids && ms_gen_open(sl->s, &sl->go, &sl->gen, &err)) {
+        fail_job(&sl->g, 500, "server_error", NULL, err.msg);
+        slot_free(sl);
+        return -1;
+    }
+    (void)sv;
+    return 0;
+}
+
+/* The free slot whose cache shares the longest prefix with the prompt. */
+static int pick_slot(const srv *sv, const slot *slots, const srv_job *j)
+{
+    int best = -1;
+    int64_t best_n = -1;
+    for (int i = 0; i < sv->n_slots; i++) {
+        if (slots[i].j)
+            continue;
+        int64_t n = ms_session_shared(slots[i].s, j->ids, j->n_ids);
+        if (n > best_n) {
+            best = i;
+            best_n = n;
+        }
+    }
+    return best;
 }
 
 void *srv_worker(void *arg)
 {
     srv *sv = arg;
+    int64_t steps = 0, rows = 0;
+    slot slots[SRV_MAX_SLOTS];
+    memset(slots, 0, sizeof slots);
+    for (int i = 0; i < sv->n_slots; i++)
+        slots[i].s = sv->slot_s[i];
     for (;;) {
+        /* admit queued jobs into free slots */
         pthread_mutex_lock(&sv->mu);
-        while (!sv->head && !sv->stopping)
+        int busy = 0;
+        for (int i = 0; i < sv->n_slots; i++)
+            busy += slots[i].j != NULL;
+        while (!busy && !sv->head && !sv->stopping)
             pthread_cond_wait(&sv->cv, &sv->mu);
-        srv_job *j = sv->head;
-        if (!j) { /* stopping and nothing left */
+        if (!busy && !sv->head) { /* stopping and nothing left */
             pthread_mutex_unlock(&sv->mu);
             break;
         }
-        sv->head = j->next;
-        if (!sv->head)
-            sv->tail = NULL;
-        sv->n_queued--;
-        sv->running = j;
-        int skip = sv->stopping || __atomic_load_n(&j->halt, __ATOMIC_RELAXED);
-        pthread_mutex_unlock(&sv->mu);
-        if (skip) {
-            fprintf(stderr, "serve: %s: cancelled before it started\n", j->id);
-            srv_job_finish(j, 499, NULL);
+        srv_job *admit[SRV_MAX_SLOTS];
+        int n_admit = 0;
+        while (sv->head && busy + n_admit < sv->n_slots) {
+            srv_job *j = sv->head;
+            sv->head = j->next;
+            if (!sv->head)
+                sv->tail = NULL;
+            sv->n_queued--;
+            admit[n_admit++] = j;
         }
-        else
-            run_job(sv, j);
-        pthread_mutex_lock(&sv->mu);
-        sv->running = NULL;
+        int stopping = sv->stopping;
         pthread_mutex_unlock(&sv->mu);
-        srv_job_unref(j);
+        for (int a = 0; a < n_admit; a++) {
+            srv_job *j = admit[a];
+            if (stopping || __atomic_load_n(&j->halt, __ATOMIC_RELAXED)) {
+                fprintf(stderr, "serve: %s: cancelled before it started\n", j->id);
+                srv_job_finish(j, 499, NULL);
+                srv_job_unref(j);
+                continue;
+            }
+            int k = pick_slot(sv, slots, j);
+            pthread_mutex_lock(&sv->mu);
+            sv->running[k] = j;
+            sv->n_running++;
+            pthread_mutex_unlock(&sv->mu);
+            if (slot_start(sv, &slots[k], j)) {
+                pthread_mutex_lock(&sv->mu);
+                sv->running[k] = NULL;
+                sv->n_running--;
+                pthread_mutex_unlock(&sv->mu);
+                srv_job_unref(j);
+            }
+        }
+        /* one chunk of each prompt still being read */
+        for (int i = 0; i < sv->n_slots; i++)
+            if (slots[i].j && !slots[i].gen) {
+                srv_job *j = slots[i].j;
+                if (slot_prefill(sv, &slots[i])) {
+                    pthread_mutex_lock(&sv->mu);
+                    sv->running[i] = NULL;
+                    sv->n_running--;
+                    pthread_mutex_unlock(&sv->mu);
+                    srv_job_unref(j);
+                }
+            }
+        /* one token for every decoding slot, evaluated together */
+        ms_session *step_s[SRV_MAX_SLOTS];
+        int32_t step_id[SRV_MAX_SLOTS];
+        int step_slot[SRV_MAX_SLOTS], n = 0;
+        for (int i = 0; i < sv->n_slots; i++) {
+            slot *sl = &slots[i];
+            if (!sl->j || !sl->gen)
+                continue;
+            ms_error err = {0};
+            int rc = ms_gen_next(sl->gen, &sl->next, &err);
+            if (rc == 0 && ms_session_pos(sl->s) >= ms_session_ctx(sl->s)) {
+                ms_gen_end(sl->gen, MS_STOP_CONTEXT);
+                rc = 1;
+            }
+            if (rc != 0) {
+                srv_job *j = sl->j;
+                slot_finish(sv, sl, rc < 0 ? &err : NULL);
+                pthread_mutex_lock(&sv->mu);
+                sv->running[i] = NULL;
+                sv->n_running--;
+                pthread_mutex_unlock(&sv->mu);
+                srv_job_unref(j);
+                continue;
+            }
+            step_s[n] = sl->s;
+            step_id[n] = sl->next;
+            step_slot[n++] = i;
+        }
+        if (!n)
+            continue;
+        steps++;
+        rows += n;
+        ms_error err = {0};
+        if (ms_session_eval_batch(step_s, step_id, n, &err))
+            for (int k = 0; k < n; k++) { /* not expected: each row was checked */
+                slot *sl = &slots[step_slot[k]];
+                srv_job *j = sl->j;
+                slot_finish(sv, sl, &err);
+                pthread_mutex_lock(&sv->mu);
+                sv->running[step_slot[k]] = NULL;
+                sv->n_running--;
+                pthread_mutex_unlock(&sv->mu);
+                srv_job_unref(j);
+            }
     }
+    for (int i = 0; i < sv->n_slots; i++)
+        slot_free(&slots[i]);
+    if (steps)
+        fprintf(stderr, "serve: %lld decode steps, %lld rows (mean batch %.2f)\n",
+                (long long)steps, (long long)rows, (double)rows / (double)steps);
     return NULL;
 }
 
@@ -783,10 +961,25 @@ static int64_t parse_bytes(const char *s)
     return (int64_t)v << shift;
 }
 
+/* Slots when --parallel is not given: 2 when a second session's cache fits
+ * three times over in the memory still available, else 1. */
+static int default_slots(int64_t session_bytes)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024 > 3 * session_bytes ? 2 : 1;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *name = NULL, *key = getenv("MOESTREAM_API_KEY");
-    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120;
+    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120, parallel = 0;
     double keepalive = 10;
     /* our options out, the rest to the shared parser */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -813,6 +1006,12 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_i64(v, 1, 1 << 20, &max_queue)) {
                 free(rest);
                 return cli_usage_error("serve", "--queue expects 1..1048576, got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--parallel", &miss))) {
+            if (cli_parse_i64(v, 1, SRV_MAX_SLOTS, &parallel)) {
+                free(rest);
+                return cli_usage_error("serve", "--parallel expects 1..%d, got \"%s\"",
+                                       SRV_MAX_SLOTS, v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--timeout", &miss))) {
             if (cli_parse_i64(v, 1, 86400, &timeout)) {
@@ -878,6 +1077,17 @@ int cmd_serve(int argc, char **argv)
     sv.info = ms_engine_info(sv.eng);
     sv.ctx = ms_session_ctx(sv.s);
     run_opts_sampling(&o, sv.eng, &sv.sampling);
+    sv.slot_s[0] = sv.s;
+    sv.n_slots = parallel > 0 ? (int)parallel : default_slots(ms_session_bytes(sv.s));
+    for (int i = 1; i < sv.n_slots; i++) {
+        ms_session_opts so = {.ctx = o.ctx};
+        if (ms_session_open(sv.eng, &so, &sv.slot_s[i], &err)) {
+            snprintf(err.msg + strlen(err.msg), sizeof err.msg - strlen(err.msg),
+                     " (slot %d of --parallel %d)", i + 1, sv.n_slots);
+            sv.n_slots = i;
+            goto out;
+        }
+    }
     if (!ms_engine_chat_template(sv.eng)) {
         ms_chat_msg m = {"user", "", NULL}; /* the family must have a chat format */
         char *t = NULL;
@@ -898,8 +1108,9 @@ int cmd_serve(int argc, char **argv)
         goto out;
     }
     fprintf(stderr, "moestream serve: listening on http://%s%s%s:%d (model %s, %s, context "
-            "%lld tokens%s)\n", strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
-            bound, sv.name, sv.info->family, (long long)sv.ctx, key ? ", API key required" : "");
+            "%lld tokens, %d parallel slot%s%s)\n", strchr(host, ':') ? "[" : "", host,
+            strchr(host, ':') ? "]" : "", bound, sv.name, sv.info->family, (long long)sv.ctx,
+            sv.n_slots, sv.n_slots > 1 ? "s" : "", key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "moestream serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -909,8 +1120,9 @@ out:
     sv.stopping = 1;
     for (srv_job *j = sv.head; j; j = j->next)
         __atomic_store_n(&j->halt, 1, __ATOMIC_RELAXED);
-    if (sv.running)
-        __atomic_store_n(&sv.running->halt, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < SRV_MAX_SLOTS; i++)
+        if (sv.running[i])
+            __atomic_store_n(&sv.running[i]->halt, 1, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&sv.cv);
     pthread_mutex_unlock(&sv.mu);
     if (d)
@@ -921,6 +1133,8 @@ out:
         rc = cli_fail(&err);
     ms_vocab_index_close(sv.vocab);
     ms_tokenizer_close(sv.tok);
+    for (int i = 1; i < sv.n_slots; i++)
+        ms_session_close(sv.slot_s[i]);
     ms_session_close(sv.s);
     ms_engine_close(sv.eng);
     pthread_cond_destroy(&sv.cv);

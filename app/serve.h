@@ -124,10 +124,14 @@ struct srv_job {
     srv_job *next;             /* queue link (the server's lock) */
 };
 
+#define SRV_MAX_SLOTS 16
+
 struct srv {
     ms_engine *eng;
     ms_vocab_index *vocab;     /* for constrained decoding, built at start */
-    ms_session *s;
+    ms_session *s;             /* slot 0's session */
+    ms_session *slot_s[SRV_MAX_SLOTS]; /* one session (KV cache) per parallel slot */
+    int n_slots;
     ms_tokenizer *tok;
     const ms_model_info *info;
     const char *name;          /* the model id in responses */
@@ -145,8 +149,9 @@ struct srv {
     /* the queue */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    srv_job *head, *tail, *running;
-    int n_queued;
+    srv_job *head, *tail;
+    srv_job *running[SRV_MAX_SLOTS]; /* the jobs in the slots (NULL: free) */
+    int n_queued, n_running;
     int stopping;              /* shutting down: refuse new work, end the worker */
     uint64_t counter;          /* request ids */
 };

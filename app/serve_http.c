@@ -221,7 +221,7 @@ static enum MHD_Result get(struct MHD_Connection *c, srv *sv, int route)
     char *m = NULL, *body = NULL;
     if (route == R_HEALTH) {
         pthread_mutex_lock(&sv->mu);
-        int q = sv->n_queued + (sv->running != NULL);
+        int q = sv->n_queued + sv->n_running;
         pthread_mutex_unlock(&sv->mu);
         json_t *o = json_pack("{s:s, s:s, s:i}", "status", "ok", "model", sv->name,
                               "requests_pending", q);

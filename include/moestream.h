@@ -128,6 +128,15 @@ const float *ms_session_logits(const ms_session *s);
  * anything, when n exceeds the context. */
 int ms_session_sync(ms_session *s, const int32_t *ids, int64_t n, int64_t *reused,
                     ms_error *err);
+/* The two halves of ms_session_sync, for evaluating a prompt in pieces:
+ * shared counts the positions of ids the session already holds (at most
+ * n - 1); reuse truncates the session to them (to 0 where sliding-window
+ * layers cannot rewind that far) and says how many it kept, refusing a
+ * prompt longer than the context. */
+/* Bytes a session holds (its KV cache and scratch). */
+int64_t ms_session_bytes(const ms_session *s);
+int64_t ms_session_shared(const ms_session *s, const int32_t *ids, int64_t n);
+int ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t *kept, ms_error *err);
 
 /* Per-session timing and traffic counters, accumulated since open. */
 typedef struct ms_stats {
@@ -487,5 +496,18 @@ typedef struct ms_gen_result {
  * Every emitted token but the last is evaluated, so the session's history is
  * the prompt followed by the response. */
 int ms_generate(ms_session *s, const ms_gen_opts *o, ms_gen_result *r, ms_error *err);
+
+/* The same loop a token at a time, for front ends that step several
+ * sessions together (ms_session_eval_batch): ms_gen_next samples and
+ * reports one token; it returns 0 with *id when that id must be evaluated
+ * before the next call, 1 when the generation has ended, -1 on an error.
+ * ms_gen_end ends it (e.g. MS_STOP_CONTEXT when the session is full);
+ * ms_gen_close flushes the text held back and gives the result. o (and what
+ * it points to) must outlive the generation. */
+typedef struct ms_gen ms_gen;
+int ms_gen_open(ms_session *s, const ms_gen_opts *o, ms_gen **out, ms_error *err);
+int ms_gen_next(ms_gen *g, int32_t *id, ms_error *err);
+void ms_gen_end(ms_gen *g, int stop);
+void ms_gen_close(ms_gen *g, ms_gen_result *r);
 
 #endif

@@ -84,6 +84,14 @@ void ms_session_close(ms_session *s)
     free(s);
 }
 
+int64_t ms_session_bytes(const ms_session *s)
+{
+    int64_t b = (int64_t)s->n_scores * s->ctx * 4 + s->eng->model->vocab * 4 + s->ctx * 4;
+    for (int l = 0; l < s->eng->model->n_layers; l++)
+        b += s->kv[l].cap * s->kv[l].row * 4;
+    return b;
+}
+
 const ms_engine *ms_session_engine(const ms_session *s)
 {
     return s->eng;
@@ -275,8 +283,15 @@ void ms_session_stats(const ms_session *s, ms_stats *out)
     }
 }
 
-int ms_session_sync(ms_session *s, const int32_t *ids, int64_t n, int64_t *reused,
-                    ms_error *err)
+int64_t ms_session_shared(const ms_session *s, const int32_t *ids, int64_t n)
+{
+    int64_t keep = 0;
+    while (keep < s->pos && keep < n - 1 && s->hist[keep] == ids[keep])
+        keep++; /* at least one token is evaluated: its logits are the result */
+    return keep;
+}
+
+int ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t *kept, ms_error *err)
 {
     if (n <= 0)
         return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 tokens)");
@@ -286,14 +301,22 @@ int ms_session_sync(ms_session *s, const int32_t *ids, int64_t n, int64_t *reuse
         return ms_err_set(err, MS_E_CONTEXT_FULL,
                           "CONTEXT_FULL: a prompt of %lld tokens exceeds the context of %lld "
                           "tokens (raise --ctx)", (long long)n, (long long)s->ctx);
-    int64_t keep = 0;
-    while (keep < s->pos && keep < n - 1 && s->hist[keep] == ids[keep])
-        keep++; /* at least one token is evaluated: its logits are the result */
+    int64_t keep = ms_session_shared(s, ids, n);
     ms_error e2;
     if (ms_session_truncate(s, keep, &e2)) { /* sliding layers cannot rewind that far */
         keep = 0;
         ms_session_truncate(s, 0, &e2);
     }
+    *kept = keep;
+    return 0;
+}
+
+int ms_session_sync(ms_session *s, const int32_t *ids, int64_t n, int64_t *reused,
+                    ms_error *err)
+{
+    int64_t keep = 0;
+    if (ms_session_reuse(s, ids, n, &keep, err))
+        return -1;
     if (reused)
         *reused = keep;
     return ms_session_eval(s, ids + keep, n - keep, NULL, err);

@@ -1,7 +1,8 @@
 // Load test of moestream serve from a second process, on loopback only, bounded in count
 // and time:
 //   node tests/server/load.mjs URL [CLIENTS=16] [REQUESTS=4] [MAX_TOKENS=8] [LIMIT_S=600]
-// Every request has its own prompt, greedy (temperature 0). First each one is sent alone,
+// Every request has its own prompt, length (MAX_TOKENS/2 .. MAX_TOKENS+4) and sampling:
+// greedy, or temperature 0.8 / top_p 0.9 with its own seed. First each one is sent alone,
 // one after the other (the reference answers); then CLIENTS clients send theirs at once,
 // REQUESTS each in turn, mixing chat / completions and streaming / not. Each answer under
 // load must equal the one it got alone (same token ids, same text): nothing lost, nothing
@@ -22,10 +23,13 @@ const plan = [];
 for (let i = 0; i < clients; i++)
   for (let k = 0; k < perClient; k++)
     plan.push({ client: i, k, chat: i % 2 === 0, stream: (i >> 1) % 2 === 1,
+                max: Math.max(1, (maxTokens >> 1) + ((i * 7 + k * 3) % (maxTokens - (maxTokens >> 1) + 5))),
+                sample: (i + k) % 3 === 1, seed: 1000 + i * 31 + k,
                 prompt: `Request ${i}.${k}: tell me about the number ${i * perClient + k}.` });
 
 async function ask(oa, p) {
-  const body = { max_tokens: maxTokens, temperature: 0, stream: p.stream };
+  const body = { max_tokens: p.max, stream: p.stream,
+                 ...(p.sample ? { temperature: 0.8, top_p: 0.9, seed: p.seed } : { temperature: 0 }) };
   const t = performance.now();
   let ids = null, text = '', reasoning = '', n = 0;
   const res = p.chat

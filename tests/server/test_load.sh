@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Load test of moestream serve: 16 concurrent clients x 4 greedy requests from a
-# second process (tests/server/load.mjs, loopback only, bounded in count and
-# time); every answer under load equals the one the same request gets alone,
-# the server is alive afterwards and stops cleanly. Prints a results table.
+# Load test of moestream serve with 4 parallel slots: 16 concurrent clients x
+# 4 requests of different lengths and sampling settings from a second process
+# (tests/server/load.mjs, loopback only, bounded in count and time); every
+# answer under load equals the one the same request gets alone (decoded in a
+# batch with others or not), decode steps really ran batched, the server is
+# alive afterwards and stops cleanly. Prints a results table.
 # LOAD="CLIENTS REQUESTS MAX_TOKENS" overrides the size.
 set -u
 cd "$(dirname "$0")/../.."
@@ -16,8 +18,12 @@ need_node_openai
 
 M=$W/model
 make_model "$M" || { fail load_model "cannot write the test checkpoint"; exit 1; }
-start_server load "$M" --ctx 1024 || exit 1
+start_server load "$M" --ctx 1024 --parallel 4 || exit 1
 read -r clients requests max_tokens <<<"${LOAD:-16 4 8}"
 run_node load tests/server/load.mjs "$load_url" "$clients" "$requests" "$max_tokens" 900
 stop_server load
+mean=$(sed -n 's/^serve: .* decode steps, .* rows (mean batch \([0-9.]*\))$/\1/p' "$W/load.log")
+$PY -c "import sys; sys.exit(0 if float('${mean:-0}') > 1.1 else 1)" &&
+  pass "load_decode_steps_batched (mean batch $mean)" ||
+  fail load_decode_steps_batched "mean batch ${mean:-?}: $(grep 'decode steps' "$W/load.log")"
 [ "$fails" -eq 0 ]

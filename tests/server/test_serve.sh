@@ -33,10 +33,10 @@ CP="Once upon a time"
 "$BIN" run "$S" -p "What is the capital of France?" -n 64 --temp 0 >"$W/script.out" 2>"$W/script.err"
 
 # ---- servers: the random model, and the scripted one behind an API key ----------
-start_server main "$M" --max-body 64K || exit 1
+start_server main "$M" --max-body 64K --parallel 2 || exit 1
 start_server keyed "$S" --api-key sekret --ctx 160 || exit 1
-grep -q "^moestream serve: listening on http://127.0.0.1:[0-9]* (model model, gpt_oss, context 8192 tokens)" "$W/main.log" &&
-  grep -q "(model scripted, gpt_oss, context 160 tokens, API key required)" "$W/keyed.log" &&
+grep -q "^moestream serve: listening on http://127.0.0.1:[0-9]* (model model, gpt_oss, context 8192 tokens, 2 parallel slots)" "$W/main.log" &&
+  grep -Eq "\(model scripted, gpt_oss, context 160 tokens, [0-9]+ parallel slots?, API key required\)" "$W/keyed.log" &&
   pass listening_line_loopback_by_default || fail listening_line_loopback_by_default "$(cat "$W/main.log" "$W/keyed.log")"
 
 $PY - "$W" "$main_url" "$keyed_url" "$Q" "$Q2" "$CP" "$SCRIPT_ANSWER" "$SCRIPT_REASONING" >"$W/cfg.json" <<'P'
@@ -129,13 +129,15 @@ if wait_cancelled 1 && grep -q '^data: {' "$W/s1"; then pass stream_hangup_cance
 else fail stream_hangup_cancels "$(tail -3 "$W/main.log")"; fi
 curl -s --max-time 2 "$U/v1/completions" -d "{\"prompt\": \"Hi\", $LONGGEN}" >/dev/null 2>&1
 wait_cancelled 2 && pass nonstream_hangup_cancels || fail nonstream_hangup_cancels "$(tail -3 "$W/main.log")"
-# a queued request whose client leaves never runs
+# a queued request whose client leaves never runs (both slots busy)
 curl -sN --max-time 4 "$U/v1/completions" -d "{\"prompt\": \"Hi\", $LONGGEN, \"stream\": true}" >/dev/null 2>&1 &
 cpid=$!
+curl -sN --max-time 4 "$U/v1/completions" -d "{\"prompt\": \"Ho\", $LONGGEN, \"stream\": true}" >/dev/null 2>&1 &
+cpid2=$!
 sleep 1
 curl -s --max-time 1 "$U/v1/completions" -d "{\"prompt\": \"Queued\", \"max_tokens\": 4}" >/dev/null 2>&1
-wait $cpid
-if wait_cancelled 3 && grep -q "cancelled before it started" "$W/main.log"; then pass queued_hangup_never_runs
+wait $cpid $cpid2
+if wait_cancelled 5 && grep -q "cancelled before it started" "$W/main.log"; then pass queued_hangup_never_runs
 else fail queued_hangup_never_runs "$(tail -3 "$W/main.log")"; fi
 expect alive_after_hangups 200 "" -- "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}'
 
