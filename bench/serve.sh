@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Aggregate decode throughput of `moestream serve --parallel N` with 1, 2, 4
+# concurrent streaming clients, each asking for the same number of tokens
+# (ignore_eos) with its own prompt; prints min/median/max over ROUNDS of the
+# aggregate generated tokens/s and the mean batch the server reports.
+#   bench/serve.sh MODEL_DIR [ROUNDS=3] [TOKENS=24] [LEVELS="1 2 4"]
+# Use a model with a chat template or none (completions are used: no template).
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-./moestream}
+M=$1; ROUNDS=${2:-3}; TOK=${3:-24}; LEVELS=${4:-1 2 4}
+W=$(mktemp -d); trap 'kill $spid 2>/dev/null; rm -rf "$W"' EXIT
+max=1; for c in $LEVELS; do [ "$c" -gt "$max" ] && max=$c; done
+"$BIN" serve "$M" --port 0 --parallel "$max" --ctx 512 2>"$W/log" & spid=$!
+for i in $(seq 1 1200); do
+  port=$(sed -n 's/^moestream serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$W/log")
+  [ -n "$port" ] && break; sleep 0.25
+done
+[ -n "$port" ] || { echo "serve did not start: $(tail -3 "$W/log")"; exit 1; }
+U=http://127.0.0.1:$port
+one() { curl -sN "$U/v1/completions" -d "{\"prompt\": \"Client $1 round $2 says\", \"max_tokens\": $TOK, \"ignore_eos\": true, \"temperature\": 0, \"stream\": true}" >/dev/null; }
+one 0 warm
+echo "| clients | aggregate tok/s (min / median / max) | per client tok/s (median) |"
+echo "|---|---|---|"
+for c in $LEVELS; do
+  rates=()
+  for r in $(seq 1 "$ROUNDS"); do
+    t0=$(date +%s.%N)
+    for k in $(seq 1 "$c"); do one "$k" "$r" & done; wait $(jobs -p | grep -v "^$spid$") 2>/dev/null
+    t1=$(date +%s.%N)
+    rates+=("$(echo "$c * $TOK / ($t1 - $t0)" | bc -l)")
+  done
+  sorted=$(printf '%s\n' "${rates[@]}" | sort -g)
+  mn=$(echo "$sorted" | head -1); mx=$(echo "$sorted" | tail -1)
+  md=$(echo "$sorted" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
+  printf '| %d | %.2f / %.2f / %.2f | %.2f |\n' "$c" "$mn" "$md" "$mx" "$(echo "$md / $c" | bc -l)"
+done
+kill -TERM $spid; wait $spid 2>/dev/null
+grep "decode steps" "$W/log"
