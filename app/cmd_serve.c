@@ -2,7 +2,7 @@
  *
  *   moestream serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]
  *                   [--max-body SIZE] [--queue N] [--name ID] [--timeout S] [--keepalive S]
- *                   [--ctx N] [--threads N] [-n N]
+ *                   [--ctx N] [--threads N] [-n N] [--parallel N]
  *                   [sampling defaults, --think, --reasoning-effort, placement as run]
  *
  *   --api-key KEY    requests need "Authorization: Bearer KEY" (also $MOESTREAM_API_KEY);
@@ -14,16 +14,19 @@
  *   --keepalive S    a stream with nothing to send (queued, long prefill) gets an SSE
  *                    comment line every S seconds (default 10)
  *   -n N             max_tokens when a request gives none (default: up to the context)
+ *   --parallel N     N requests decoded together, each in its own slot (session); default
+ *                    2 where a second KV cache fits, else 1
  *
  * Endpoints: GET /health, GET /v1/models[/ID], POST /v1/chat/completions,
  * POST /v1/completions (serve_http.c). Connections are served on
  * libmicrohttpd's threads (one per connection): they parse the body
  * (serve_request.c), render the chat template and tokenize (both
- * thread-safe), then queue a job. One worker thread owns the session and runs
- * the jobs strictly in arrival order; ms_session_sync keeps the KV prefix the
- * new prompt shares with the previous conversation. A client that hangs up,
- * a stop sequence and shutdown all set the job's cancel flag, which
- * ms_generate polls before each token.
+ * thread-safe), then queue a job. One worker thread owns the slots: it admits
+ * jobs in arrival order into free slots (keeping the KV prefix a prompt
+ * shares with the slot's previous conversation), and each step decodes one
+ * token of every running job in one batched evaluation (see "slots" below).
+ * A client that hangs up, a stop sequence and shutdown all set the job's
+ * cancel flag, which the generation polls before each token.
  *
  * Beyond the OpenAI fields, every completion carries "moestream": {"ids":
  * [generated token ids, the stop id included], "reused": prompt positions
