@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "cli.h"
@@ -213,8 +214,10 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
                         j->req.force_tool ? "tool_choice" : "response_format", NULL, "%s",
                         err.msg);
     ms_grammar_free(gram);
-    uint64_t n = __atomic_add_fetch(&sv->counter, 1, __ATOMIC_RELAXED);
-    uint64_t h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created;
+    uint64_t n = __atomic_add_fetch(&sv->counter, 1, __ATOMIC_RELAXED), h = 0;
+    if (getrandom(&h, sizeof h, 0) != (ssize_t)sizeof h) /* ids nobody can guess */
+        h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created ^
+            (uint64_t)(now_s() * 1e9);
     snprintf(j->id, sizeof j->id, "%s%016" PRIx64, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-",
              h);
     return 0;
@@ -986,48 +989,56 @@ int cmd_serve(int argc, char **argv)
     double keepalive = 10;
     /* our options out, the rest to the shared parser */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    int n_rest = 0;
-    if (!rest)
+    const char **allow = calloc((size_t)argc + 1, sizeof *allow);
+    const char **cors = calloc((size_t)argc + 1, sizeof *cors);
+    int n_rest = 0, n_allow = 0, n_cors = 0;
+    if (!rest || !allow || !cors) {
+                free(rest);
+        free(allow);
+        free(cors);
         return 1;
+    }
     for (int i = 0; i < argc; i++) {
         int miss = 0;
         const char *v;
         if ((v = cli_value(argc, argv, &i, "--host", &miss))) host = v;
         else if ((v = cli_value(argc, argv, &i, "--api-key", &miss))) key = v;
         else if ((v = cli_value(argc, argv, &i, "--name", &miss))) name = v;
+        else if ((v = cli_value(argc, argv, &i, "--allow-host", &miss))) allow[n_allow++] = v;
+        else if ((v = cli_value(argc, argv, &i, "--cors", &miss))) cors[n_cors++] = v;
         else if ((v = cli_value(argc, argv, &i, "--port", &miss))) {
             if (cli_parse_i64(v, 0, 65535, &port)) {
-                free(rest);
+                free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--port expects 0..65535, got \"%s\"", v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--max-body", &miss))) {
             if ((max_body = parse_bytes(v)) <= 0) {
-                free(rest);
+                free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--max-body expects a size like 8M, got \"%s\"", v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--queue", &miss))) {
             if (cli_parse_i64(v, 1, 1 << 20, &max_queue)) {
-                free(rest);
+                free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--queue expects 1..1048576, got \"%s\"", v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--parallel", &miss))) {
             if (cli_parse_i64(v, 1, SRV_MAX_SLOTS, &parallel)) {
-                free(rest);
+                free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--parallel expects 1..%d, got \"%s\"",
                                        SRV_MAX_SLOTS, v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--timeout", &miss))) {
             if (cli_parse_i64(v, 1, 86400, &timeout)) {
-                free(rest);
+                free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--timeout expects 1..86400 seconds, got \"%s\"", v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--keepalive", &miss))) {
             if (cli_parse_f64(v, 0.1, 3600, &keepalive)) {
-                free(rest);
+                free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--keepalive expects 0.1..3600 seconds, got \"%s\"", v);
             }
         } else if (miss) {
-            free(rest);
+            free(rest), free(allow), free(cors);
             return cli_usage_error("serve", "%s needs a value", argv[i]);
         } else
             rest[n_rest++] = argv[i];
@@ -1037,7 +1048,7 @@ int cmd_serve(int argc, char **argv)
     if (!rc)
         rc = bad_option(&o);
     if (rc) {
-        free(rest);
+        free(rest), free(allow), free(cors);
         return rc;
     }
     if (key && !*key)
@@ -1063,7 +1074,10 @@ int cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     ms_error err = {0};
-    srv sv = {.api_key = key, .name = name, .max_body = (size_t)max_body,
+    int wildcard = !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !*host;
+    srv sv = {.access = {.bind = host, .port = (int)port, .wildcard = wildcard, .allow = allow,
+                         .n_allow = n_allow, .cors = cors, .n_cors = n_cors},
+              .api_key = key, .name = name, .max_body = (size_t)max_body,
               .max_queue = (int)max_queue, .keepalive = keepalive,
               .timeout = (unsigned)timeout, .thinking = o.thinking, .effort = o.effort,
               .ignore_eos = o.ignore_eos, .no_reuse = o.no_reuse, .stats = o.stats,
@@ -1110,6 +1124,12 @@ int cmd_serve(int argc, char **argv)
                  (long long)port, why);
         goto out;
     }
+    sv.access.port = bound;
+    int loopback = !strncmp(host, "127.", 4) || !strcmp(host, "::1") ||
+                   !strcmp(host, "localhost");
+    if (!loopback && !key)
+        fprintf(stderr, "moestream serve: warning: listening on %s, beyond this machine, "
+                "without --api-key: anyone who can reach the port can use the model\n", host);
     fprintf(stderr, "moestream serve: listening on http://%s%s%s:%d (model %s, %s, context "
             "%lld tokens, %d parallel slot%s%s)\n", strchr(host, ':') ? "[" : "", host,
             strchr(host, ':') ? "]" : "", bound, sv.name, sv.info->family, (long long)sv.ctx,
@@ -1142,6 +1162,8 @@ out:
     ms_engine_close(sv.eng);
     pthread_cond_destroy(&sv.cv);
     pthread_mutex_destroy(&sv.mu);
-    free(rest);
+        free(rest);
+    free(allow);
+    free(cors);
     return rc;
 }

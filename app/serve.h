@@ -90,8 +90,32 @@ int srv_fail(srv_err *e, int status, const char *type, const char *param, const 
 char *srv_error_json(const srv_err *e);
 
 /* Constant-time check of an "Authorization" header value against
- * "Bearer KEY"; 1 when it matches. */
+ * "Bearer KEY" (the scheme in any case); 1 when it matches. */
 int srv_auth_ok(const char *header, const char *key);
+
+/* Who may talk to the server from a browser. DNS rebinding makes a page of
+ * any site reach a loopback server under the site's own name, so the Host a
+ * request names must be this server's; a page of another origin may not use
+ * the API unless --cors lets it. */
+typedef struct srv_access {
+    const char *bind;          /* the --host address */
+    int port;                  /* the bound port */
+    int wildcard;              /* bound to every address (0.0.0.0, ::) */
+    const char *const *allow;  /* --allow-host names */
+    int n_allow;
+    const char *const *cors;   /* --cors origins ("*": any) */
+    int n_cors;
+} srv_access;
+
+/* 1 when the Host header names this server: localhost, 127.0.0.1, [::1], the
+ * bound address or an --allow-host name, any port; no header (not a
+ * browser) is accepted, and so is any name when bound to every address
+ * without --allow-host. */
+int srv_host_ok(const srv_access *a, const char *host);
+/* 1 when a page of that Origin may use the API: no Origin (not a browser
+ * page), the server's own origin, or one --cors names (*cors set then: the
+ * response carries the CORS headers). */
+int srv_origin_ok(const srv_access *a, const char *origin, int *cors);
 
 /* ---- the server (cmd_serve.c, serve_http.c) ---------------------------------------- */
 
@@ -127,6 +151,7 @@ struct srv_job {
 #define SRV_MAX_SLOTS 16
 
 struct srv {
+    srv_access access;
     ms_engine *eng;
     ms_vocab_index *vocab;     /* for constrained decoding, built at start */
     ms_session *s;             /* slot 0's session */

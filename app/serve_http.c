@@ -30,6 +30,7 @@ enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS };
 
 typedef struct conn {
     int route;
+    char origin[256];   /* the Origin CORS allows for this request, or "" */
     char *body;
     size_t len, cap;
     int too_large;
@@ -38,6 +39,18 @@ typedef struct conn {
 } conn;
 
 /* ---- responses -------------------------------------------------------------------- */
+
+/* The Origin the response of this connection's request allows (CORS), or
+ * NULL. Connections have their own threads, so a thread-local suffices. */
+static __thread const char *cors_origin;
+
+static void add_cors(struct MHD_Response *r)
+{
+    if (!cors_origin)
+        return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", cors_origin);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
 
 static enum MHD_Result send_body(struct MHD_Connection *c, int status, char *body,
                                  const char *hdr, const char *val)
@@ -53,6 +66,7 @@ static enum MHD_Result send_body(struct MHD_Connection *c, int status, char *bod
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (hdr)
         MHD_add_response_header(r, hdr, val);
+    add_cors(r);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
@@ -179,6 +193,7 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, srv_job *j)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    add_cors(r);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
@@ -205,6 +220,25 @@ static enum MHD_Result wait_result(struct MHD_Connection *c, srv_job *j)
 }
 
 /* ---- requests ------------------------------------------------------------------------------ */
+
+/* OPTIONS: what a page of an allowed origin may send (204), else 403. */
+static enum MHD_Result preflight(struct MHD_Connection *c, int cors, const char *req_headers)
+{
+    if (!cors)
+        return fail(c, 403, "invalid_request_error", "origin_not_allowed", NULL, NULL,
+                    "Cross-origin requests need --cors ORIGIN.");
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    add_cors(r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            req_headers ? req_headers : "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
 
 static int route_of(const char *url, const srv *sv)
 {
@@ -280,6 +314,25 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *con_cls = cx;
         cx->route = route_of(url, sv);
         cx->responded = 1; /* unless the body is to be read */
+        cors_origin = NULL;
+        const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        if (!srv_host_ok(&sv->access, host))
+            return fail(c, 403, "invalid_request_error", "host_not_allowed", NULL, NULL,
+                        "Host '%.100s' does not name this server (a DNS-rebinding guard); "
+                        "start it with --allow-host NAME to accept that name.", host);
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        int cors = 0;
+        if (!srv_origin_ok(&sv->access, origin, &cors))
+            return fail(c, 403, "invalid_request_error", "origin_not_allowed", NULL, NULL,
+                        "Requests from pages of '%.100s' are not allowed; start the server "
+                        "with --cors ORIGIN to allow them.", origin);
+        if (cors) {
+            snprintf(cx->origin, sizeof cx->origin, "%s", origin);
+            cors_origin = cx->origin;
+        }
+        if (!strcmp(method, "OPTIONS")) /* a CORS preflight */
+            return preflight(c, cors, MHD_lookup_connection_value(
+                                 c, MHD_HEADER_KIND, "Access-Control-Request-Headers"));
         if (cx->route != R_HEALTH && sv->api_key &&
             !srv_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_AUTHORIZATION),

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "serve.h"
 
@@ -55,7 +56,7 @@ char *srv_error_json(const srv_err *e)
 int srv_auth_ok(const char *header, const char *key)
 {
     static const char bearer[] = "Bearer ";
-    if (!header || strncmp(header, bearer, sizeof bearer - 1) != 0)
+    if (!header || strncasecmp(header, bearer, sizeof bearer - 1) != 0)
         return 0;
     const char *got = header + sizeof bearer - 1;
     while (*got == ' ')
@@ -67,6 +68,76 @@ int srv_auth_ok(const char *header, const char *key)
     for (size_t i = 0; i < k; i++) /* as long as the key whatever was sent */
         diff |= (unsigned)(unsigned char)key[i] ^ (unsigned)(unsigned char)(i < n ? got[i] : 0);
     return diff == 0;
+}
+
+/* The name of a Host value ("name", "name:port", "[v6]", "[v6]:port"). */
+static size_t host_name(const char *h, const char **name)
+{
+    *name = h;
+    if (h[0] == '[') {
+        const char *e = strchr(h, ']');
+        return e ? (size_t)(e - h) + 1 : strlen(h);
+    }
+    const char *c = strchr(h, ':');
+    return c ? (size_t)(c - h) : strlen(h);
+}
+
+static int same_name(const char *a, size_t n, const char *b)
+{
+    return strlen(b) == n && strncasecmp(a, b, n) == 0;
+}
+
+int srv_host_ok(const srv_access *a, const char *host)
+{
+    if (!host)
+        return 1;
+    if (a->wildcard && !a->n_allow)
+        return 1;
+    const char *name;
+    size_t n = host_name(host, &name);
+    static const char *const local[] = {"localhost", "127.0.0.1", "[::1]", NULL};
+    for (int i = 0; local[i]; i++)
+        if (same_name(name, n, local[i]))
+            return 1;
+    if (a->bind && !a->wildcard) {
+        if (same_name(name, n, a->bind))
+            return 1;
+        if (strchr(a->bind, ':') && n == strlen(a->bind) + 2 && name[0] == '[' &&
+            !strncasecmp(name + 1, a->bind, n - 2)) /* "[::1]" for --host ::1 */
+            return 1;
+    }
+    for (int i = 0; i < a->n_allow; i++)
+        if (same_name(name, n, a->allow[i]))
+            return 1;
+    return 0;
+}
+
+int srv_origin_ok(const srv_access *a, const char *origin, int *cors)
+{
+    *cors = 0;
+    if (!origin)
+        return 1;
+    for (int i = 0; i < a->n_cors; i++)
+        if (!strcmp(a->cors[i], "*") || !strcasecmp(a->cors[i], origin)) {
+            *cors = 1;
+            return 1;
+        }
+    /* the server's own pages: http://HOST:PORT with a HOST of this server */
+    const char *h = NULL;
+    if (!strncasecmp(origin, "http://", 7))
+        h = origin + 7;
+    if (!h || !*h || strchr(h, '/'))
+        return 0;
+    const char *name;
+    size_t n = host_name(h, &name);
+    long port = h[n] == ':' ? strtol(h + n + 1, NULL, 10) : 80;
+    if (port != a->port)
+        return 0;
+    char *hn = strndup(name, n);
+    int ok = hn && srv_host_ok(&(srv_access){.bind = a->bind, .port = a->port,
+                                             .allow = a->allow, .n_allow = a->n_allow}, hn);
+    free(hn);
+    return ok;
 }
 
 void srv_request_free(srv_request *r)

@@ -123,6 +123,29 @@ static void test_chat_normalized(void)
     srv_request_free(&r);
 }
 
+static void test_access(void)
+{
+    const char *allow[] = {"box.lan"}, *cors[] = {"https://app.example"};
+    srv_access a = {.bind = "127.0.0.1", .port = 8080, .allow = allow, .n_allow = 1,
+                    .cors = cors, .n_cors = 1};
+    CHECK(srv_host_ok(&a, NULL) && srv_host_ok(&a, "localhost:8080") &&
+          srv_host_ok(&a, "LOCALHOST") && srv_host_ok(&a, "127.0.0.1:9") &&
+          srv_host_ok(&a, "[::1]:8080") && srv_host_ok(&a, "box.lan:8080"), "own names");
+    CHECK(!srv_host_ok(&a, "evil.example") && !srv_host_ok(&a, "localhost.evil.example:8080") &&
+          !srv_host_ok(&a, "127.0.0.1.nip.io:8080") && !srv_host_ok(&a, ""), "foreign names");
+    srv_access any = {.bind = "0.0.0.0", .port = 8080, .wildcard = 1};
+    CHECK(srv_host_ok(&any, "192.168.1.5:8080"), "every address, no --allow-host: any name");
+    int c = -1;
+    CHECK(srv_origin_ok(&a, NULL, &c) && !c, "no Origin");
+    CHECK(srv_origin_ok(&a, "http://localhost:8080", &c) && !c, "own origin");
+    CHECK(!srv_origin_ok(&a, "http://localhost:9999", &c), "another port is another origin");
+    CHECK(!srv_origin_ok(&a, "http://evil.example", &c) && !srv_origin_ok(&a, "null", &c),
+          "foreign origins");
+    CHECK(srv_origin_ok(&a, "https://app.example", &c) && c, "--cors");
+    CHECK(srv_auth_ok("bearer k", "k") && srv_auth_ok("BEARER k", "k") && !srv_auth_ok("Basic k", "k"),
+          "the scheme in any case");
+}
+
 static void test_completion_fields(void)
 {
     srv_request r;
@@ -272,6 +295,7 @@ int main(void)
 {
     TEST_CASE(test_chat_fields);
     TEST_CASE(test_chat_normalized);
+    TEST_CASE(test_access);
     TEST_CASE(test_completion_fields);
     TEST_CASE(test_refusals);
     TEST_CASE(test_error_json);

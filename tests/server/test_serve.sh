@@ -145,6 +145,46 @@ expect alive_after_hangups 200 "" -- "$U/v1/completions" -d '{"prompt": "Hi", "m
 garbage_http "$U" 200
 expect alive_after_garbage 200 "" -- "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}'
 
+# ---- browsers: DNS rebinding, cross-origin pages, CORS when allowed --------------------
+port=${main_url##*:}
+gens() { grep -c "generated" "$W/main.log"; }
+expect host_rebinding_403 403 host_not_allowed -- -H "Host: evil.example:$port" "$U/v1/models"
+expect host_localhost_ok 200 "" -- -H "Host: localhost:$port" "$U/v1/models"
+expect host_ipv6_loopback_ok 200 "" -- -H "Host: [::1]:$port" "$U/v1/models"
+before=$(gens)
+expect cross_origin_post_403 403 origin_not_allowed -- -H "Origin: http://evil.example" \
+  -H "Content-Type: text/plain" "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}'
+sleep 0.3
+[ "$(gens)" = "$before" ] && pass cross_origin_post_runs_nothing || fail cross_origin_post_runs_nothing "a generation ran"
+expect same_origin_ok 200 "" -- -H "Origin: http://127.0.0.1:$port" "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}'
+expect preflight_without_cors_403 403 origin_not_allowed -- -X OPTIONS -H "Origin: http://app.example" "$U/v1/chat/completions"
+start_server corsy "$M" --cors http://app.example --parallel 1 || exit 1
+C=$corsy_url
+code=$(curl -s -o /dev/null -D "$W/pre.h" -w '%{http_code}' -X OPTIONS -H "Origin: http://app.example" \
+  -H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: content-type, authorization" \
+  "$C/v1/chat/completions")
+[ "$code" = 204 ] && grep -qi "^access-control-allow-origin: http://app.example" "$W/pre.h" &&
+  grep -qi "^access-control-allow-headers: content-type, authorization" "$W/pre.h" &&
+  pass cors_preflight_allowed || fail cors_preflight_allowed "$code $(cat "$W/pre.h")"
+code=$(curl -s -o "$W/cors.b" -D "$W/cors.h" -w '%{http_code}' -H "Origin: http://app.example" \
+  "$C/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}')
+[ "$code" = 200 ] && grep -qi "^access-control-allow-origin: http://app.example" "$W/cors.h" &&
+  pass cors_post_allowed || fail cors_post_allowed "$code $(cat "$W/cors.h")"
+expect cors_other_origin_403 403 origin_not_allowed -- -H "Origin: http://evil.example" "$C/v1/models"
+stop_server corsy
+# the Authorization scheme in any case; ids nobody can guess
+expect auth_scheme_case_insensitive 200 "" -- -H "Authorization: bearer sekret" "$K/v1/models"
+id1=$(curl -s "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 1}' | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+id2=$(curl -s "$U/v1/completions" -d '{"prompt": "Hi", "max_tokens": 1}' | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+same=$($PY -c "import sys; a, b = sys.argv[1][-16:], sys.argv[2][-16:]; print(sum(x == y for x, y in zip(a, b)))" "$id1" "$id2")
+[ -n "$id1" ] && [ "$same" -lt 8 ] && pass ids_random || fail ids_random "$id1 $id2 share $same of 16 hex digits"
+# beyond loopback without a key: said on stderr
+"$BIN" serve "$M" --host 0.0.0.0 --port 0 --parallel 1 2>"$W/open.log" & opid=$!
+for _ in $(seq 1 300); do grep -q "listening on" "$W/open.log" && break; sleep 0.1; done
+kill -TERM $opid; wait $opid
+grep -q "warning: listening on 0.0.0.0, beyond this machine, without --api-key" "$W/open.log" &&
+  pass warns_open_without_key || fail warns_open_without_key "$(head -5 "$W/open.log")"
+
 # ---- command line ---------------------------------------------------------------------
 "$BIN" serve >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] && pass cli_missing_model || fail cli_missing_model "exit $rc"
