@@ -223,6 +223,77 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     return 0;
 }
 
+char *srv_metrics_text(srv *sv)
+{
+    pthread_mutex_lock(&sv->mu);
+    int queued = sv->n_queued, busy = sv->n_running;
+    pthread_mutex_unlock(&sv->mu);
+    ms_stats st = {0};
+    if (sv->s)
+        ms_session_stats(sv->s, &st); /* the expert store is the engine's: any session */
+    char *t = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&t, &n);
+    if (!f)
+        return NULL;
+#define LOAD(x) (long long)__atomic_load_n(&(x), __ATOMIC_RELAXED)
+    fprintf(f, "# HELP moestream_requests_total Requests taken, by endpoint.\n"
+               "# TYPE moestream_requests_total counter\n"
+               "moestream_requests_total{endpoint=\"chat\"} %lld\n"
+               "moestream_requests_total{endpoint=\"completions\"} %lld\n",
+            LOAD(sv->m_requests[SRV_CHAT]), LOAD(sv->m_requests[SRV_COMPLETION]));
+    fprintf(f, "# HELP moestream_requests_rejected_total Requests refused (4xx, 5xx).\n"
+               "# TYPE moestream_requests_rejected_total counter\n"
+               "moestream_requests_rejected_total %lld\n", LOAD(sv->m_rejected));
+    fprintf(f, "# HELP moestream_requests_finished_total Generations that ended.\n"
+               "# TYPE moestream_requests_finished_total counter\n"
+               "moestream_requests_finished_total{how=\"completed\"} %lld\n"
+               "moestream_requests_finished_total{how=\"cancelled\"} %lld\n"
+               "moestream_requests_finished_total{how=\"timed_out\"} %lld\n",
+            LOAD(sv->m_finished) - LOAD(sv->m_timeouts), LOAD(sv->m_cancelled),
+            LOAD(sv->m_timeouts));
+    fprintf(f, "# HELP moestream_prompt_tokens_total Prompt tokens of the requests.\n"
+               "# TYPE moestream_prompt_tokens_total counter\n"
+               "moestream_prompt_tokens_total %lld\n"
+               "# HELP moestream_prompt_cache_tokens_total Prompt tokens reused from a cache.\n"
+               "# TYPE moestream_prompt_cache_tokens_total counter\n"
+               "moestream_prompt_cache_tokens_total %lld\n"
+               "# HELP moestream_generated_tokens_total Tokens generated.\n"
+               "# TYPE moestream_generated_tokens_total counter\n"
+               "moestream_generated_tokens_total %lld\n",
+            LOAD(sv->m_prompt_tokens), LOAD(sv->m_cached_tokens), LOAD(sv->m_completion_tokens));
+    fprintf(f, "# HELP moestream_decode_steps_total Batched decode steps and their rows.\n"
+               "# TYPE moestream_decode_steps_total counter\n"
+               "moestream_decode_steps_total %lld\n"
+               "# HELP moestream_decode_rows_total Tokens decoded in batched steps.\n"
+               "# TYPE moestream_decode_rows_total counter\n"
+               "moestream_decode_rows_total %lld\n",
+            LOAD(sv->m_steps), LOAD(sv->m_rows));
+    fprintf(f, "# HELP moestream_slots Parallel slots.\n# TYPE moestream_slots gauge\n"
+               "moestream_slots %d\n"
+               "# HELP moestream_slots_busy Slots serving a request.\n"
+               "# TYPE moestream_slots_busy gauge\nmoestream_slots_busy %d\n"
+               "# HELP moestream_queue_length Requests waiting for a slot.\n"
+               "# TYPE moestream_queue_length gauge\nmoestream_queue_length %d\n",
+            sv->n_slots, busy, queued);
+    fprintf(f, "# HELP moestream_expert_requests_total Routed-expert uses and cache hits.\n"
+               "# TYPE moestream_expert_requests_total counter\n"
+               "moestream_expert_requests_total %lld\n"
+               "# HELP moestream_expert_hits_total Routed-expert uses served from memory.\n"
+               "# TYPE moestream_expert_hits_total counter\n"
+               "moestream_expert_hits_total %lld\n"
+               "# HELP moestream_disk_read_bytes_total Bytes of experts read from disk.\n"
+               "# TYPE moestream_disk_read_bytes_total counter\n"
+               "moestream_disk_read_bytes_total %lld\n"
+               "# HELP moestream_uptime_seconds Seconds since the server started.\n"
+               "# TYPE moestream_uptime_seconds gauge\nmoestream_uptime_seconds %.3f\n",
+            (long long)st.expert_requests, (long long)st.expert_hits, (long long)st.bytes_read,
+            now_s() - sv->t_start);
+#undef LOAD
+    fclose(f);
+    return t;
+}
+
 int srv_model_json(const srv *sv, char **out)
 {
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:I}}", "id", sv->name, "object", "model",
@@ -613,6 +684,8 @@ typedef struct slot {
     ms_gen *gen;               /* NULL while the prompt is being read */
     int64_t reused, fed;       /* prompt positions kept from the cache / in it now */
     int32_t next;              /* the id the coming step evaluates */
+    volatile int halt;         /* the generation's cancel flag: the job's, or the timeout */
+    int timed_out;
 } slot;
 
 static void slot_free(slot *sl)
@@ -686,11 +759,18 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
     if (g->stream && g->chat)
         emit_json(g, chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
                            NULL));
+    /* max_tokens: the request's, else -n, else OpenAI's 16 for completions and
+     * up to the context for chat; never past --max-tokens-cap */
     int64_t room = sv->ctx - j->n_ids;
     int64_t max = r->max_tokens > 0 ? r->max_tokens
-                : sv->default_max_tokens > 0 ? sv->default_max_tokens : room;
+                : sv->default_max_tokens > 0 ? sv->default_max_tokens
+                : r->kind == SRV_COMPLETION ? 16 : room;
+    if (sv->max_tokens_cap > 0 && max > sv->max_tokens_cap)
+        max = sv->max_tokens_cap;
+    __atomic_add_fetch(&sv->m_prompt_tokens, j->n_ids, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sv->m_cached_tokens, sl->reused, __ATOMIC_RELAXED);
     sl->go = (ms_gen_opts){.max_tokens = max, .ignore_eos = r->ignore_eos || sv->ignore_eos,
-                           .cancel = &j->halt, .sampler = sl->smp, .tok = sv->tok,
+                           .cancel = &sl->halt, .sampler = sl->smp, .tok = sv->tok,
                            .parser = sl->parser, .grammar = sl->gram, .vocab = sv->vocab,
                            .on_id = on_id, .on_text = on_text, .ctx = g};
     return 0;
@@ -718,10 +798,18 @@ static void slot_finish(srv *sv, slot *sl, const ms_error *err)
     int called = json_array_size(json_object_get(message, "tool_calls")) > 0;
     const char *finish = called && gr.stop != MS_STOP_LENGTH ? "tool_calls"
                        : g->stop_hit || gr.stop == MS_STOP_EOS ? "stop" : "length";
-    int cancelled = gr.stop == MS_STOP_CANCEL && !g->stop_hit;
+    int timed_out = gr.stop == MS_STOP_CANCEL && sl->timed_out;
+    if (timed_out)
+        finish = "length";
+    int cancelled = gr.stop == MS_STOP_CANCEL && !g->stop_hit && !timed_out;
     fprintf(stderr, "serve: %s: %lld prompt tokens (%lld reused), %lld generated, %s, "
                 "%.3f s\n", j->id, (long long)j->n_ids, (long long)reused,
-                (long long)gr.n_tokens, cancelled ? "cancelled" : finish, now_s() - j->t_start);
+                (long long)gr.n_tokens, cancelled ? "cancelled" : timed_out ? "timed out" : finish,
+                now_s() - j->t_start);
+    __atomic_add_fetch(&sv->m_completion_tokens, gr.n_tokens, __ATOMIC_RELAXED);
+    __atomic_add_fetch(cancelled ? &sv->m_cancelled : &sv->m_finished, 1, __ATOMIC_RELAXED);
+    if (timed_out)
+        __atomic_add_fetch(&sv->m_timeouts, 1, __ATOMIC_RELAXED);
     if (sv->stats)
         run_opts_print_stats(sl->s);
     if (cancelled) {
@@ -895,6 +983,11 @@ void *srv_worker(void *arg)
             if (!sl->j || !sl->gen)
                 continue;
             ms_error err = {0};
+            if (__atomic_load_n(&sl->j->halt, __ATOMIC_RELAXED))
+                sl->halt = 1;
+            if (sv->request_timeout > 0 && !sl->halt &&
+                now_s() - sl->j->t_start > sv->request_timeout)
+                sl->halt = sl->timed_out = 1;
             int rc = ms_gen_next(sl->gen, &sl->next, &err);
             if (rc == 0 && ms_session_pos(sl->s) >= ms_session_ctx(sl->s)) {
                 ms_gen_end(sl->gen, MS_STOP_CONTEXT);
@@ -918,6 +1011,8 @@ void *srv_worker(void *arg)
             continue;
         steps++;
         rows += n;
+        __atomic_add_fetch(&sv->m_steps, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&sv->m_rows, n, __ATOMIC_RELAXED);
         ms_error err = {0};
         if (ms_session_eval_batch(step_s, step_id, n, &err))
             for (int k = 0; k < n; k++) { /* not expected: each row was checked */
@@ -985,8 +1080,8 @@ static int default_slots(int64_t session_bytes)
 int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *name = NULL, *key = getenv("MOESTREAM_API_KEY");
-    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120, parallel = 0;
-    double keepalive = 10;
+    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120, parallel = 0, cap = 0;
+    double keepalive = 10, req_timeout = 0;
     /* our options out, the rest to the shared parser */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     const char **allow = calloc((size_t)argc + 1, sizeof *allow);
@@ -1020,6 +1115,18 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_i64(v, 1, 1 << 20, &max_queue)) {
                 free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--queue expects 1..1048576, got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--max-tokens-cap", &miss))) {
+            if (cli_parse_i64(v, 1, INT32_MAX, &cap)) {
+                free(rest), free(allow), free(cors);
+                return cli_usage_error("serve", "--max-tokens-cap expects a positive count, "
+                                       "got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--request-timeout", &miss))) {
+            if (cli_parse_f64(v, 0.01, 1e7, &req_timeout)) {
+                free(rest), free(allow), free(cors);
+                return cli_usage_error("serve", "--request-timeout expects seconds, got \"%s\"",
+                                       v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--parallel", &miss))) {
             if (cli_parse_i64(v, 1, SRV_MAX_SLOTS, &parallel)) {
@@ -1078,6 +1185,7 @@ int cmd_serve(int argc, char **argv)
     srv sv = {.access = {.bind = host, .port = (int)port, .wildcard = wildcard, .allow = allow,
                          .n_allow = n_allow, .cors = cors, .n_cors = n_cors},
               .api_key = key, .name = name, .max_body = (size_t)max_body,
+              .max_tokens_cap = cap, .request_timeout = req_timeout, .t_start = now_s(),
               .max_queue = (int)max_queue, .keepalive = keepalive,
               .timeout = (unsigned)timeout, .thinking = o.thinking, .effort = o.effort,
               .ignore_eos = o.ignore_eos, .no_reuse = o.no_reuse, .stats = o.stats,

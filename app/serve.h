@@ -179,7 +179,16 @@ struct srv {
     int n_queued, n_running;
     int stopping;              /* shutting down: refuse new work, end the worker */
     uint64_t counter;          /* request ids */
+    int64_t max_tokens_cap;    /* 0: none */
+    double request_timeout;    /* seconds a generation may run; 0: no limit */
+    double t_start;
+    /* counters for /metrics (atomic) */
+    int64_t m_requests[2], m_rejected, m_prompt_tokens, m_cached_tokens, m_completion_tokens,
+            m_steps, m_rows, m_finished, m_cancelled, m_timeouts;
 };
+
+/* Prometheus text for /metrics (malloc'd). */
+char *srv_metrics_text(srv *sv);
 
 srv_job *srv_job_new(void);
 void srv_job_unref(srv_job *j);

@@ -26,7 +26,7 @@
 
 #include "serve.h"
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS };
 
 typedef struct conn {
     int route;
@@ -243,6 +243,7 @@ static enum MHD_Result preflight(struct MHD_Connection *c, int cors, const char 
 static int route_of(const char *url, const srv *sv)
 {
     if (!strcmp(url, "/health")) return R_HEALTH;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/v1/models")) return R_MODELS;
     if (!strncmp(url, "/v1/models/", 11) && !strcmp(url + 11, sv->name)) return R_MODEL;
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
@@ -253,6 +254,23 @@ static int route_of(const char *url, const srv *sv)
 static enum MHD_Result get(struct MHD_Connection *c, srv *sv, int route)
 {
     char *m = NULL, *body = NULL;
+    if (route == R_METRICS) {
+        body = srv_metrics_text(sv);
+        if (!body)
+            return MHD_NO;
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+        if (!r) {
+            free(body);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                "text/plain; version=0.0.4; charset=utf-8");
+        add_cors(r);
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     if (route == R_HEALTH) {
         pthread_mutex_lock(&sv->mu);
         int q = sv->n_queued + sv->n_running;
@@ -284,8 +302,11 @@ static enum MHD_Result post(struct MHD_Connection *c, srv *sv, conn *cx)
         return MHD_NO;
     if (srv_parse_request(cx->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION,
                           cx->body ? cx->body : "", cx->len, &j->req, &e) ||
-        srv_prepare(sv, j, &e))
+        srv_prepare(sv, j, &e)) {
+        __atomic_add_fetch(&sv->m_rejected, 1, __ATOMIC_RELAXED);
         return send_err(c, &e, NULL, NULL);
+    }
+    __atomic_add_fetch(&sv->m_requests[j->req.kind], 1, __ATOMIC_RELAXED);
     free(cx->body); /* the job has what it needs */
     cx->body = NULL;
     const union MHD_ConnectionInfo *ci =

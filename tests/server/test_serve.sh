@@ -185,6 +185,47 @@ kill -TERM $opid; wait $opid
 grep -q "warning: listening on 0.0.0.0, beyond this machine, without --api-key" "$W/open.log" &&
   pass warns_open_without_key || fail warns_open_without_key "$(head -5 "$W/open.log")"
 
+# ---- limits: OpenAI's 16 for completions, the cap, the per-request timeout -------------
+nids() { $PY -c 'import json,sys; print(len(json.load(sys.stdin)["moestream"]["ids"]))'; }
+n=$(curl -s "$U/v1/completions" -d '{"prompt": "Hi", "ignore_eos": true}' | nids)
+[ "$n" = 16 ] && pass completions_default_16_tokens || fail completions_default_16_tokens "$n ids"
+start_server capped "$M" --max-tokens-cap 5 --parallel 1 || exit 1
+n=$(curl -s "$capped_url/v1/chat/completions" -d "{$MSG, \"max_tokens\": 50, \"ignore_eos\": true}" | nids)
+[ "$n" = 5 ] && pass max_tokens_cap || fail max_tokens_cap "$n ids"
+stop_server capped
+start_server slow "$M" --request-timeout 0.5 --parallel 1 || exit 1
+fin=$(curl -s --max-time 30 "$slow_url/v1/completions" -d "{\"prompt\": \"Hi\", $LONGGEN}" |
+      $PY -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["finish_reason"])')
+[ "$fin" = length ] && grep -q "timed out" "$W/slow.log" && pass request_timeout ||
+  fail request_timeout "finish $fin: $(tail -2 "$W/slow.log")"
+# /metrics, read by the Prometheus client's own parser
+curl -s -D "$W/m.h" "$U/metrics" >"$W/metrics.txt"
+why=$($PY - "$W/metrics.txt" <<'P'
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+def val(name, **labels):
+    for s in fams[name].samples:
+        if all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise KeyError(name)
+try:
+    assert val("moestream_requests", endpoint="chat") > 0 and val("moestream_requests", endpoint="completions") > 0
+    assert val("moestream_generated_tokens") > 0 and val("moestream_prompt_tokens") > 0
+    assert val("moestream_slots") == 2 and val("moestream_decode_steps") > 0
+    assert val("moestream_requests_finished", how="cancelled") >= 3
+    assert val("moestream_requests_rejected") > 0
+    for n in ("moestream_queue_length", "moestream_slots_busy", "moestream_expert_hits",
+              "moestream_uptime_seconds", "moestream_prompt_cache_tokens"):
+        val(n)
+except (AssertionError, KeyError) as e:
+    print("metrics: %r" % (e,))
+P
+)
+[ -z "$why" ] && grep -qi "^content-type: text/plain; version=0.0.4" "$W/m.h" && pass metrics_prometheus_text ||
+  fail metrics_prometheus_text "$why $(head -c 300 "$W/metrics.txt")"
+stop_server slow
+
 # ---- command line ---------------------------------------------------------------------
 "$BIN" serve >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] && pass cli_missing_model || fail cli_missing_model "exit $rc"
