@@ -1196,6 +1196,18 @@ int cmd_serve(int argc, char **argv)
     pthread_t worker;
     int have_worker = 0;
     rc = 1;
+    /* listen first: /health answers {"status": "loading"} while the model loads */
+    sv.loading = 1;
+    char why[256] = "";
+    int bound = 0;
+    if (!(d = srv_http_start(&sv, host, (int)port, &bound, why, sizeof why))) {
+        snprintf(err.msg, sizeof err.msg, "cannot listen on %s port %lld: %s", host,
+                 (long long)port, why);
+        goto out;
+    }
+    sv.access.port = bound;
+    fprintf(stderr, "moestream serve: loading %s; /health answers on port %d meanwhile\n",
+            o.model, bound);
     if (run_opts_open(&o, &sv.eng, &sv.s, &err) || ms_tokenizer_open(o.model, &sv.tok, &err) ||
         ms_vocab_index_open(sv.tok, &sv.vocab, &err))
         goto out;
@@ -1225,14 +1237,7 @@ int cmd_serve(int argc, char **argv)
         goto out;
     }
     have_worker = 1;
-    char why[256] = "";
-    int bound = 0;
-    if (!(d = srv_http_start(&sv, host, (int)port, &bound, why, sizeof why))) {
-        snprintf(err.msg, sizeof err.msg, "cannot listen on %s port %lld: %s", host,
-                 (long long)port, why);
-        goto out;
-    }
-    sv.access.port = bound;
+    __atomic_store_n(&sv.loading, 0, __ATOMIC_RELEASE);
     int loopback = !strncmp(host, "127.", 4) || !strcmp(host, "::1") ||
                    !strcmp(host, "localhost");
     if (!loopback && !key)

@@ -178,6 +178,7 @@ struct srv {
     srv_job *running[SRV_MAX_SLOTS]; /* the jobs in the slots (NULL: free) */
     int n_queued, n_running;
     int stopping;              /* shutting down: refuse new work, end the worker */
+    int loading;               /* the model is loading: only /health answers (503) */
     uint64_t counter;          /* request ids */
     int64_t max_tokens_cap;    /* 0: none */
     double request_timeout;    /* seconds a generation may run; 0: no limit */

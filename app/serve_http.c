@@ -351,6 +351,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             snprintf(cx->origin, sizeof cx->origin, "%s", origin);
             cors_origin = cx->origin;
         }
+        if (__atomic_load_n(&sv->loading, __ATOMIC_ACQUIRE)) {
+            if (cx->route == R_HEALTH) {
+                char *b = strdup("{\"status\":\"loading\"}");
+                return send_body(c, 503, b, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+            }
+            return fail(c, 503, "server_error", "model_loading", MHD_HTTP_HEADER_RETRY_AFTER,
+                        "1", "The model is still loading; retry in a moment.");
+        }
         if (!strcmp(method, "OPTIONS")) /* a CORS preflight */
             return preflight(c, cors, MHD_lookup_connection_value(
                                  c, MHD_HEADER_KIND, "Access-Control-Request-Headers"));

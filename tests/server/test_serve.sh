@@ -185,6 +185,21 @@ kill -TERM $opid; wait $opid
 grep -q "warning: listening on 0.0.0.0, beyond this machine, without --api-key" "$W/open.log" &&
   pass warns_open_without_key || fail warns_open_without_key "$(head -5 "$W/open.log")"
 
+# ---- /health while the model loads (the tokenizer and its vocabulary index take a
+# few hundred ms on o200k): 503 {"status": "loading"}, then 200
+"$BIN" serve "$M" --port 0 --parallel 1 2>"$W/ld.log" & ldpid=$!
+for _ in $(seq 1 500); do grep -q "loading" "$W/ld.log" && break; sleep 0.01; done
+ldport=$(sed -n 's/.*\/health answers on port \([0-9]*\) meanwhile/\1/p' "$W/ld.log")
+seen=""
+for _ in $(seq 1 500); do
+  code=$(curl -s -o "$W/ld.body" -w '%{http_code}' "http://127.0.0.1:$ldport/health")
+  [ "$code" = 503 ] && grep -q '"status":"loading"' "$W/ld.body" && seen="$seen loading"
+  [ "$code" = 200 ] && { seen="$seen ok"; break; }
+  sleep 0.01
+done
+kill -TERM $ldpid; wait $ldpid
+case "$seen" in *loading*ok) pass health_while_loading ;; *) fail health_while_loading "seen:$seen $(cat "$W/ld.log")" ;; esac
+
 # ---- limits: OpenAI's 16 for completions, the cap, the per-request timeout -------------
 nids() { $PY -c 'import json,sys; print(len(json.load(sys.stdin)["moestream"]["ids"]))'; }
 n=$(curl -s "$U/v1/completions" -d '{"prompt": "Hi", "ignore_eos": true}' | nids)
