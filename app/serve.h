@@ -3,10 +3,15 @@
  *   serve_request.c  request bodies -> srv_request, OpenAI-style error JSON
  *                    (libc + jansson only: the fuzzing harness in tools/fuzz
  *                    links it alone)
- *   serve_http.c     libmicrohttpd: routing, API key, body limit, waiting for
- *                    results, Server-Sent Events
- *   cmd_serve.c      the command: options, engine, the FIFO job queue and the
- *                    worker thread that owns the session and generates
+ *   serve_http.c     libmicrohttpd: routing, Host / Origin / API key checks,
+ *                    body limit, waiting for results, Server-Sent Events
+ *   serve_jobs.c     jobs and their queue; preparing a request (template,
+ *                    tokens, constraints); /v1/models and /metrics
+ *   serve_worker.c   the worker: parallel slots decoded in batched steps, and
+ *                    the OpenAI responses (chunks, tool calls, logprobs)
+ *   cmd_serve.c      the command: options, engine, sessions, start and stop
+ * Dependencies point one way: cmd_serve -> serve_http, serve_worker ->
+ * serve_jobs -> serve_request.
  */
 #ifndef MS_APP_SERVE_H
 #define MS_APP_SERVE_H
@@ -190,6 +195,14 @@ struct srv {
 
 /* Prometheus text for /metrics (malloc'd). */
 char *srv_metrics_text(srv *sv);
+
+/* Monotonic seconds. */
+double srv_now(void);
+/* The request's thinking switch, else the server's default. */
+int srv_job_thinking(const srv *sv, const srv_job *j);
+/* The grammar a request asks for (forced tool call, response_format), or
+ * *g NULL; -1 with err when it cannot be built (the request is refused). */
+int srv_constrain(srv *sv, srv_job *j, ms_grammar **g, ms_error *err);
 
 srv_job *srv_job_new(void);
 void srv_job_unref(srv_job *j);

@@ -1,0 +1,266 @@
+/* moestream serve: jobs and their queue, shared by the connection threads
+ * (which prepare a request: template, tokens, constraints, then queue it)
+ * and the worker (which serves it); also /v1/models and /metrics, which read
+ * the server's state. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "cli.h"
+#include "serve.h"
+
+/* ---- jobs ------------------------------------------------------------------------- */
+
+double srv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+srv_job *srv_job_new(void)
+{
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    j->refs = 1;
+    j->fd = -1;
+    j->created = (int64_t)time(NULL);
+    j->t_start = srv_now();
+    return j;
+}
+
+void srv_job_unref(srv_job *j)
+{
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->mu);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last)
+        return;
+    srv_request_free(&j->req);
+    free(j->ids);
+    free(j->out);
+    free(j->body);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+void srv_job_emit(srv_job *j, const char *s, size_t n)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->out_len + n > j->out_cap) {
+        size_t cap = j->out_cap ? j->out_cap : 4096;
+        while (cap < j->out_len + n)
+            cap *= 2;
+        char *p = realloc(j->out, cap);
+        if (!p) { /* the client misses a chunk; the stream stays well formed */
+            pthread_mutex_unlock(&j->mu);
+            return;
+        }
+        j->out = p;
+        j->out_cap = cap;
+    }
+    memcpy(j->out + j->out_len, s, n);
+    j->out_len += n;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_finish(srv_job *j, int status, char *body)
+{
+    pthread_mutex_lock(&j->mu);
+    j->status = status;
+    free(j->body);
+    j->body = body;
+    j->finished = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+int srv_enqueue(srv *sv, srv_job *j)
+{
+    pthread_mutex_lock(&sv->mu);
+    if (sv->stopping || sv->n_queued >= sv->max_queue) {
+        pthread_mutex_unlock(&sv->mu);
+        return -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    j->next = NULL;
+    if (sv->tail)
+        sv->tail->next = j;
+    else
+        sv->head = j;
+    sv->tail = j;
+    sv->n_queued++;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    return 0;
+}
+
+/* ---- preparing a request (connection threads) --------------------------------------- */
+
+int srv_job_thinking(const srv *sv, const srv_job *j)
+{
+    return j->req.thinking >= 0 ? j->req.thinking : sv->thinking;
+}
+
+/* The grammar a request asks for: a forced tool call (tool_choice required
+ * or named) in the model's syntax, or a JSON answer (response_format). */
+int srv_constrain(srv *sv, srv_job *j, ms_grammar **g, ms_error *err)
+{
+    const srv_request *r = &j->req;
+    int format = ms_engine_tool_format(sv->eng);
+    *g = NULL;
+    if (r->kind == SRV_CHAT && r->force_tool)
+        return ms_grammar_for_tool_call(format, j->opens_reasoning, r->tools_json,
+                                        r->force_tool == 2 ? r->force_name : NULL, g, err);
+    if (r->json_mode && r->kind == SRV_CHAT)
+        return ms_grammar_for_answer(format, j->opens_reasoning,
+                                     r->json_mode == 2 ? r->json_schema : NULL, g, err);
+    if (r->json_mode) {
+        const char *sch[1] = {r->json_mode == 2 ? r->json_schema : NULL};
+        return ms_grammar_json(1, NULL, sch, NULL, g, err);
+    }
+    return 0;
+}
+
+int srv_prepare(srv *sv, srv_job *j, srv_err *e)
+{
+    ms_error err = {0};
+    char *text = NULL;
+    const char *t = j->req.prompt;
+    if (j->req.kind == SRV_CHAT) {
+        int rc = cli_chat_prompt_json(sv->eng, j->req.chat_json, srv_job_thinking(sv, j),
+                                      j->req.reasoning_effort ? j->req.reasoning_effort
+                                                              : sv->effort, &text, &err);
+        if (rc)
+            return srv_fail(e, err.code == MS_E_ARG ? 400 : 500,
+                            err.code == MS_E_ARG ? "invalid_request_error" : "server_error",
+                            "messages", NULL, "%s", err.msg);
+        j->opens_reasoning = ms_chat_prompt_opens_reasoning(text);
+        t = text;
+    }
+    int rc = ms_tokenizer_encode(sv->tok, t, strlen(t), 1, &j->ids, &j->n_ids, &err);
+    free(text);
+    if (rc)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err.msg);
+    const char *what = j->req.kind == SRV_CHAT ? "messages" : "prompt";
+    if (j->n_ids == 0)
+        return srv_fail(e, 400, "invalid_request_error", what, "invalid_value",
+                        "Invalid value for '%s': the prompt has no tokens.", what);
+    if (j->n_ids >= sv->ctx)
+        return srv_fail(e, 400, "invalid_request_error", what, "context_length_exceeded",
+                        "This model's maximum context length is %lld tokens. However, your "
+                        "%s resulted in %lld tokens (and the completion needs at least one "
+                        "more).", (long long)sv->ctx, what, (long long)j->n_ids);
+    ms_grammar *gram = NULL; /* refused here, before a response starts */
+    if (srv_constrain(sv, j, &gram, &err))
+        return srv_fail(e, err.code == MS_E_NOMEM ? 500 : 400,
+                        err.code == MS_E_NOMEM ? "server_error" : "invalid_request_error",
+                        j->req.force_tool ? "tool_choice" : "response_format", NULL, "%s",
+                        err.msg);
+    ms_grammar_free(gram);
+    uint64_t n = __atomic_add_fetch(&sv->counter, 1, __ATOMIC_RELAXED), h = 0;
+    if (getrandom(&h, sizeof h, 0) != (ssize_t)sizeof h) /* ids nobody can guess */
+        h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created ^
+            (uint64_t)(srv_now() * 1e9);
+    snprintf(j->id, sizeof j->id, "%s%016" PRIx64, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-",
+             h);
+    return 0;
+}
+
+char *srv_metrics_text(srv *sv)
+{
+    pthread_mutex_lock(&sv->mu);
+    int queued = sv->n_queued, busy = sv->n_running;
+    pthread_mutex_unlock(&sv->mu);
+    ms_stats st = {0};
+    if (sv->s)
+        ms_session_stats(sv->s, &st); /* the expert store is the engine's: any session */
+    char *t = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&t, &n);
+    if (!f)
+        return NULL;
+#define LOAD(x) (long long)__atomic_load_n(&(x), __ATOMIC_RELAXED)
+    fprintf(f, "# HELP moestream_requests_total Requests taken, by endpoint.\n"
+               "# TYPE moestream_requests_total counter\n"
+               "moestream_requests_total{endpoint=\"chat\"} %lld\n"
+               "moestream_requests_total{endpoint=\"completions\"} %lld\n",
+            LOAD(sv->m_requests[SRV_CHAT]), LOAD(sv->m_requests[SRV_COMPLETION]));
+    fprintf(f, "# HELP moestream_requests_rejected_total Requests refused (4xx, 5xx).\n"
+               "# TYPE moestream_requests_rejected_total counter\n"
+               "moestream_requests_rejected_total %lld\n", LOAD(sv->m_rejected));
+    fprintf(f, "# HELP moestream_requests_finished_total Generations that ended.\n"
+               "# TYPE moestream_requests_finished_total counter\n"
+               "moestream_requests_finished_total{how=\"completed\"} %lld\n"
+               "moestream_requests_finished_total{how=\"cancelled\"} %lld\n"
+               "moestream_requests_finished_total{how=\"timed_out\"} %lld\n",
+            LOAD(sv->m_finished) - LOAD(sv->m_timeouts), LOAD(sv->m_cancelled),
+            LOAD(sv->m_timeouts));
+    fprintf(f, "# HELP moestream_prompt_tokens_total Prompt tokens of the requests.\n"
+               "# TYPE moestream_prompt_tokens_total counter\n"
+               "moestream_prompt_tokens_total %lld\n"
+               "# HELP moestream_prompt_cache_tokens_total Prompt tokens reused from a cache.\n"
+               "# TYPE moestream_prompt_cache_tokens_total counter\n"
+               "moestream_prompt_cache_tokens_total %lld\n"
+               "# HELP moestream_generated_tokens_total Tokens generated.\n"
+               "# TYPE moestream_generated_tokens_total counter\n"
+               "moestream_generated_tokens_total %lld\n",
+            LOAD(sv->m_prompt_tokens), LOAD(sv->m_cached_tokens), LOAD(sv->m_completion_tokens));
+    fprintf(f, "# HELP moestream_decode_steps_total Batched decode steps and their rows.\n"
+               "# TYPE moestream_decode_steps_total counter\n"
+               "moestream_decode_steps_total %lld\n"
+               "# HELP moestream_decode_rows_total Tokens decoded in batched steps.\n"
+               "# TYPE moestream_decode_rows_total counter\n"
+               "moestream_decode_rows_total %lld\n",
+            LOAD(sv->m_steps), LOAD(sv->m_rows));
+    fprintf(f, "# HELP moestream_slots Parallel slots.\n# TYPE moestream_slots gauge\n"
+               "moestream_slots %d\n"
+               "# HELP moestream_slots_busy Slots serving a request.\n"
+               "# TYPE moestream_slots_busy gauge\nmoestream_slots_busy %d\n"
+               "# HELP moestream_queue_length Requests waiting for a slot.\n"
+               "# TYPE moestream_queue_length gauge\nmoestream_queue_length %d\n",
+            sv->n_slots, busy, queued);
+    fprintf(f, "# HELP moestream_expert_requests_total Routed-expert uses and cache hits.\n"
+               "# TYPE moestream_expert_requests_total counter\n"
+               "moestream_expert_requests_total %lld\n"
+               "# HELP moestream_expert_hits_total Routed-expert uses served from memory.\n"
+               "# TYPE moestream_expert_hits_total counter\n"
+               "moestream_expert_hits_total %lld\n"
+               "# HELP moestream_disk_read_bytes_total Bytes of experts read from disk.\n"
+               "# TYPE moestream_disk_read_bytes_total counter\n"
+               "moestream_disk_read_bytes_total %lld\n"
+               "# HELP moestream_uptime_seconds Seconds since the server started.\n"
+               "# TYPE moestream_uptime_seconds gauge\nmoestream_uptime_seconds %.3f\n",
+            (long long)st.expert_requests, (long long)st.expert_hits, (long long)st.bytes_read,
+            srv_now() - sv->t_start);
+#undef LOAD
+    fclose(f);
+    return t;
+}
+
+int srv_model_json(const srv *sv, char **out)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:I}}", "id", sv->name, "object", "model",
+                          "created", (json_int_t)0, "owned_by", "moestream", "moestream",
+                          "family", sv->info->family, "context", (json_int_t)sv->ctx);
+    *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return *out ? 0 : -1;
+}
