@@ -1,0 +1,103 @@
+/* The sampler draws only what its settings allow, with the frequencies the
+ * distribution gives: top-k keeps the k best ids, top-p the smallest set of
+ * best ids whose mass reaches p, min-p drops ids below p times the best;
+ * greedy is the argmax; a seed fixes the draws. Expectations are worked out
+ * by hand from the logits; the head-only sorting must not change any of it,
+ * on peaked and on flat 200k-id distributions alike. */
+#include "test.h"
+#include "moestream.h"
+
+#define DRAWS 1000
+
+static ms_sampler *open_s(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed,
+                          int32_t vocab)
+{
+    ms_sampling p = {.temperature = temp, .top_k = top_k, .top_p = top_p, .min_p = min_p,
+                     .seed = seed, .repetition_penalty = 1};
+    ms_sampler *s = NULL;
+    ms_error err = {0};
+    if (ms_sampler_open(&p, vocab, &s, &err))
+        printf("     sampler: %s\n", err.msg);
+    return s;
+}
+
+/* logits: id i has log-weight w[i]; the rest of the vocabulary far below */
+static float *peaked(int32_t vocab, const float *w, int n)
+{
+    float *l = malloc(sizeof *l * (size_t)vocab);
+    for (int32_t i = 0; i < vocab; i++)
+        l[i] = -40.0f - (float)(i % 7);
+    for (int i = 0; i < n; i++)
+        l[i * 1000 + 17] = w[i]; /* spread over the ids, not the first ones */
+    return l;
+}
+
+static void test_top_k_top_p_min_p(void)
+{
+    const int32_t V = 20000;
+    const float w[4] = {2.0f, 1.0f, 0.0f, -1.0f}; /* probabilities ~ .64 .24 .09 .03 */
+    float *l = peaked(V, w, 4);
+    struct { int32_t k; float p, mp; int allowed; } cases[] = {
+        {2, 1.0f, 0.0f, 2},    /* top-k 2 */
+        {0, 0.8f, 0.0f, 2},    /* .64 < .8 <= .64 + .24 */
+        {0, 0.5f, 0.0f, 1},    /* the best alone reaches .5 */
+        {0, 0.95f, 0.0f, 3},   /* .64 + .24 + .09 = .97 */
+        {0, 1.0f, 0.1f, 3},    /* min-p .1: .03 / .64 < .1 drops the fourth */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ms_sampler *s = open_s(1.0f, cases[c].k, cases[c].p, cases[c].mp, 7, V);
+        int count[4] = {0}, other = 0;
+        for (int d = 0; s && d < DRAWS; d++) {
+            int32_t id = ms_sampler_next(s, l);
+            if (id % 1000 == 17 && id / 1000 < 4)
+                count[id / 1000]++;
+            else
+                other++;
+        }
+        int seen = 0;
+        for (int i = 0; i < 4; i++)
+            seen += count[i] > 0;
+        CHECK(other == 0 && seen == cases[c].allowed,
+              "case %zu: %d ids seen (want %d), %d outside: %d %d %d %d", c, seen,
+              cases[c].allowed, other, count[0], count[1], count[2], count[3]);
+        if (c == 1) /* renormalized over two: .64 / .88 = .73 */
+            CHECK(count[0] > DRAWS * 0.64 && count[0] < DRAWS * 0.82, "top-p 0.8: %d of %d",
+                  count[0], DRAWS);
+        ms_sampler_close(s);
+    }
+    free(l);
+}
+
+static void test_flat_and_seeded(void)
+{
+    const int32_t V = 200000;
+    float *l = malloc(sizeof *l * V);
+    for (int32_t i = 0; i < V; i++)
+        l[i] = (float)((i * 2654435761u) % 1000) * 1e-3f; /* flat: every id counts */
+    ms_sampler *a = open_s(1.0f, 0, 0.9f, 0.0f, 42, V), *b = open_s(1.0f, 0, 0.9f, 0.0f, 42, V);
+    int same = 1, spread = 0;
+    int32_t first = -1;
+    for (int d = 0; a && b && d < 20; d++) {
+        int32_t x = ms_sampler_next(a, l), y = ms_sampler_next(b, l);
+        same &= x == y;
+        if (first < 0)
+            first = x;
+        spread |= x != first;
+    }
+    CHECK(same, "the same seed gives other draws");
+    CHECK(spread, "a flat distribution gives one id only");
+    ms_sampler *g = open_s(0.0f, 0, 1.0f, 0.0f, 1, V);
+    l[123457] = 5.0f;
+    CHECK(g && ms_sampler_next(g, l) == 123457, "greedy is the argmax");
+    ms_sampler_close(a);
+    ms_sampler_close(b);
+    ms_sampler_close(g);
+    free(l);
+}
+
+int main(void)
+{
+    TEST_CASE(test_top_k_top_p_min_p);
+    TEST_CASE(test_flat_and_seeded);
+    return t_finish();
+}
