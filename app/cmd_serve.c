@@ -16,6 +16,8 @@
  *   -n N             max_tokens when a request gives none (default: up to the context)
  *   --parallel N     N requests decoded together, each in its own slot (session); default
  *                    2 where a second KV cache fits, else 1
+ *   --prompt-cache M M more conversations' KV caches kept (idle sessions): a request
+ *                    continues the one sharing the longest prefix (default 0)
  *
  * Endpoints: GET /health, GET /v1/models[/ID], POST /v1/chat/completions,
  * POST /v1/completions (serve_http.c). Connections are served on
@@ -92,7 +94,8 @@ static int default_slots(int64_t session_bytes)
 int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *name = NULL, *key = getenv("MOESTREAM_API_KEY");
-    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120, parallel = 0, cap = 0;
+    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120, parallel = 0, cap = 0,
+            caches = -1;
     double keepalive = 10, req_timeout = 0;
     /* our options out, the rest to the shared parser */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -139,6 +142,12 @@ int cmd_serve(int argc, char **argv)
                 free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--request-timeout expects seconds, got \"%s\"",
                                        v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--prompt-cache", &miss))) {
+            if (cli_parse_i64(v, 0, SRV_MAX_SLOTS, &caches)) {
+                free(rest), free(allow), free(cors);
+                return cli_usage_error("serve", "--prompt-cache expects 0..%d conversations, "
+                                       "got \"%s\"", SRV_MAX_SLOTS, v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--parallel", &miss))) {
             if (cli_parse_i64(v, 1, SRV_MAX_SLOTS, &parallel)) {
@@ -237,6 +246,15 @@ int cmd_serve(int argc, char **argv)
             goto out;
         }
     }
+    for (int i = 0; i < (caches > 0 ? (int)caches : 0); i++) {
+        ms_session_opts so = {.ctx = o.ctx};
+        if (ms_session_open(sv.eng, &so, &sv.cache_s[i], &err)) {
+            snprintf(err.msg + strlen(err.msg), sizeof err.msg - strlen(err.msg),
+                     " (prompt cache %d of %lld)", i + 1, (long long)caches);
+            goto out;
+        }
+        sv.n_cache = i + 1;
+    }
     if (!ms_engine_chat_template(sv.eng)) {
         ms_chat_msg m = {"user", "", NULL}; /* the family must have a chat format */
         char *t = NULL;
@@ -281,9 +299,11 @@ out:
         rc = cli_fail(&err);
     ms_vocab_index_close(sv.vocab);
     ms_tokenizer_close(sv.tok);
-    for (int i = 1; i < sv.n_slots; i++)
+    /* the worker may have swapped sessions between slots and caches: close all */
+    for (int i = 0; i < sv.n_slots; i++)
         ms_session_close(sv.slot_s[i]);
-    ms_session_close(sv.s);
+    for (int i = 0; i < sv.n_cache; i++)
+        ms_session_close(sv.cache_s[i]);
     ms_engine_close(sv.eng);
     pthread_cond_destroy(&sv.cv);
     pthread_mutex_destroy(&sv.mu);

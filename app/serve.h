@@ -162,6 +162,12 @@ struct srv {
     ms_session *s;             /* slot 0's session */
     ms_session *slot_s[SRV_MAX_SLOTS]; /* one session (KV cache) per parallel slot */
     int n_slots;
+    ms_session *cache_s[SRV_MAX_SLOTS]; /* idle sessions kept as prompt caches */
+    int n_cache;
+    ms_session *used_s[2 * SRV_MAX_SLOTS]; /* when each session last took a job */
+    double used_t[2 * SRV_MAX_SLOTS];
+    int64_t used_p[2 * SRV_MAX_SLOTS];   /* and the length of that job's prompt */
+    int n_used;
     ms_tokenizer *tok;
     const ms_model_info *info;
     const char *name;          /* the model id in responses */

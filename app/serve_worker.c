@@ -600,20 +600,87 @@ static int slot_prefill(srv *sv, slot *sl)
 }
 
 /* The free slot whose cache shares the longest prefix with the prompt. */
-static int pick_slot(const srv *sv, const slot *slots, const srv_job *j)
+/* When each session last took a job (for the least recently used). */
+static double last_used(const srv *sv, const ms_session *s)
 {
+    for (int i = 0; i < sv->n_used; i++)
+        if (sv->used_s[i] == s)
+            return sv->used_t[i];
+    return 0;
+}
+
+/* The prompt length of the last job a session took (0: none). */
+static int64_t last_prompt(const srv *sv, const ms_session *s)
+{
+    for (int i = 0; i < sv->n_used; i++)
+        if (sv->used_s[i] == s)
+            return sv->used_p[i];
+    return 0;
+}
+
+static void mark_used(srv *sv, ms_session *s, int64_t prompt)
+{
+    int i = 0;
+    while (i < sv->n_used && sv->used_s[i] != s)
+        i++;
+    if (i == sv->n_used && sv->n_used < 2 * SRV_MAX_SLOTS)
+        sv->n_used++;
+    if (i < 2 * SRV_MAX_SLOTS) {
+        sv->used_s[i] = s;
+        sv->used_t[i] = srv_now();
+        sv->used_p[i] = prompt;
+    }
+}
+
+/* A free slot for the job and the session it runs on, among the free slots'
+ * and the idle prompt caches': the conversation the prompt continues (it
+ * holds the whole prompt the session last took; the longest such), else an empty
+ * session, else the least recently used one, so that a new conversation
+ * does not overwrite one that may come back. A cached session is swapped
+ * into the slot, the slot's going to the cache in its place. */
+static int pick_slot(srv *sv, slot *slots, const srv_job *j)
+{
+    ms_session *cand[2 * SRV_MAX_SLOTS];
+    int where[2 * SRV_MAX_SLOTS], nc = 0, free_slot = -1;
+    for (int i = 0; i < sv->n_slots; i++)
+        if (!slots[i].j) {
+            if (free_slot < 0)
+                free_slot = i;
+            cand[nc] = slots[i].s;
+            where[nc++] = i;
+        }
+    for (int c = 0; c < sv->n_cache; c++) {
+        cand[nc] = sv->cache_s[c];
+        where[nc++] = -1 - c;
+    }
     int best = -1;
     int64_t best_n = -1;
-    for (int i = 0; i < sv->n_slots; i++) {
-        if (slots[i].j)
-            continue;
-        int64_t n = ms_session_shared(slots[i].s, j->ids, j->n_ids);
-        if (n > best_n) {
-            best = i;
+    for (int k = 0; k < nc; k++) { /* continues it: the whole prompt it last took is shared */
+        int64_t last = last_prompt(sv, cand[k]), n = ms_session_shared(cand[k], j->ids, j->n_ids);
+        if (last > 0 && n + 1 >= last && n > best_n) {
+            best = k;
             best_n = n;
         }
     }
-    return best;
+    for (int k = 0; best < 0 && k < nc; k++)
+        if (ms_session_pos(cand[k]) == 0)
+            best = k;
+    if (best < 0) /* the least recently used */
+        for (int k = 0; k < nc; k++)
+            if (best < 0 || last_used(sv, cand[k]) < last_used(sv, cand[best]))
+                best = k;
+    if (best < 0)
+        return free_slot;
+    if (where[best] < 0) {
+        int c = -1 - where[best];
+        ms_session *t = slots[free_slot].s;
+        slots[free_slot].s = sv->slot_s[free_slot] = sv->cache_s[c];
+        sv->cache_s[c] = t;
+        mark_used(sv, slots[free_slot].s, j->n_ids);
+        return free_slot;
+    }
+    mark_used(sv, slots[where[best]].s, j->n_ids);
+    return where[best];
 }
 
 void *srv_worker(void *arg)

@@ -200,6 +200,37 @@ done
 kill -TERM $ldpid; wait $ldpid
 case "$seen" in *loading*ok) pass health_while_loading ;; *) fail health_while_loading "seen:$seen $(cat "$W/ld.log")" ;; esac
 
+# ---- prompt caches: with one slot and two cached conversations, a returning
+# conversation continues from its own KV prefix; without caches it does not
+convo_reuse() { # URL -> "first-prompt-tokens reused-when-A-returns"
+  $PY - "$1" <<'P'
+import json, sys, urllib.request
+url = sys.argv[1]
+def chat(msgs):
+    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/chat/completions",
+        data=json.dumps({"messages": msgs, "max_tokens": 3, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json"}), timeout=60)
+    return json.load(r)
+a = [{"role": "user", "content": "Conversation A: tell me about apples and their many uses in cooking."}]
+ra = chat(a)
+for who in ("B: bananas", "C: cherries"):
+    chat([{"role": "user", "content": "Conversation " + who + " and where they grow best."}])
+a2 = a + [{"role": "assistant", "content": ra["choices"][0]["message"]["content"] or ""},
+          {"role": "user", "content": "And pears?"}]
+r2 = chat(a2)
+print(ra["usage"]["prompt_tokens"], r2["usage"]["prompt_tokens_details"]["cached_tokens"])
+P
+}
+start_server pc "$M" --parallel 1 --prompt-cache 2 || exit 1
+read -r n1 reuse_c <<<"$(convo_reuse "$pc_url")"
+stop_server pc
+start_server nopc "$M" --parallel 1 || exit 1
+read -r _ reuse_n <<<"$(convo_reuse "$nopc_url")"
+stop_server nopc
+[ -n "$n1" ] && [ "$reuse_c" -ge $((n1 - 1)) ] && [ "$reuse_n" -lt $((n1 - 1)) ] &&
+  pass "prompt_cache_keeps_conversations (first prompt $n1 tokens; reused $reuse_c with caches, $reuse_n without)" ||
+  fail prompt_cache_keeps_conversations "first prompt ${n1:-?}, reused ${reuse_c:-?} with caches, ${reuse_n:-?} without"
+
 # ---- limits: OpenAI's 16 for completions, the cap, the per-request timeout -------------
 nids() { $PY -c 'import json,sys; print(len(json.load(sys.stdin)["moestream"]["ids"]))'; }
 n=$(curl -s "$U/v1/completions" -d '{"prompt": "Hi", "ignore_eos": true}' | nids)
