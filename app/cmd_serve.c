@@ -11,6 +11,9 @@
  *   --queue N        at most N requests waiting; more get 503 (default 64)
  *   --name ID        the model id in /v1/models and responses (default: the folder name)
  *   --timeout S      idle keep-alive connections are closed after S seconds (default 120)
+ *   --read-timeout S a request (headers and body) must arrive within S seconds of its
+ *                    connection or of the previous response, else the socket is shut
+ *                    (slow clients cannot hold the connections; default 30)
  *   --keepalive S    a stream with nothing to send (queued, long prefill) gets an SSE
  *                    comment line every S seconds (default 10)
  *   -n N             max_tokens when a request gives none (default: up to the context)
@@ -96,7 +99,7 @@ int cmd_serve(int argc, char **argv)
     const char *host = "127.0.0.1", *name = NULL, *key = getenv("MOESTREAM_API_KEY");
     int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120, parallel = 0, cap = 0,
             caches = -1;
-    double keepalive = 10, req_timeout = 0;
+    double keepalive = 10, req_timeout = 0, read_timeout = 30;
     /* our options out, the rest to the shared parser */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     const char **allow = calloc((size_t)argc + 1, sizeof *allow);
@@ -136,6 +139,12 @@ int cmd_serve(int argc, char **argv)
                 free(rest), free(allow), free(cors);
                 return cli_usage_error("serve", "--max-tokens-cap expects a positive count, "
                                        "got \"%s\"", v);
+            }
+        } else if ((v = cli_value(argc, argv, &i, "--read-timeout", &miss))) {
+            if (cli_parse_f64(v, 0.1, 3600, &read_timeout)) {
+                free(rest), free(allow), free(cors);
+                return cli_usage_error("serve", "--read-timeout expects 0.1..3600 seconds, got "
+                                       "\"%s\"", v);
             }
         } else if ((v = cli_value(argc, argv, &i, "--request-timeout", &miss))) {
             if (cli_parse_f64(v, 0.01, 1e7, &req_timeout)) {
@@ -207,6 +216,7 @@ int cmd_serve(int argc, char **argv)
                          .n_allow = n_allow, .cors = cors, .n_cors = n_cors},
               .api_key = key, .name = name, .max_body = (size_t)max_body,
               .max_tokens_cap = cap, .request_timeout = req_timeout, .t_start = srv_now(),
+              .read_timeout = read_timeout,
               .max_queue = (int)max_queue, .keepalive = keepalive,
               .timeout = (unsigned)timeout, .thinking = o.thinking, .effort = o.effort,
               .ignore_eos = o.ignore_eos, .no_reuse = o.no_reuse, .stats = o.stats,

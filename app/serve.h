@@ -176,6 +176,7 @@ struct srv {
     int max_queue;
     double keepalive;          /* SSE comment interval while a stream waits, seconds */
     unsigned timeout;          /* idle connections are closed after that many seconds */
+    double read_timeout;       /* a request must be read within that many seconds */
     int64_t ctx;
     /* defaults from the command line */
     ms_sampling sampling;

@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +220,83 @@ static enum MHD_Result wait_result(struct MHD_Connection *c, srv_job *j)
     return send_body(c, status, body, NULL, NULL);
 }
 
+/* ---- slow clients: a request must be read within --read-timeout -------------------------
+ *
+ * A client that sends its headers a line at a time holds a connection (and,
+ * with a thread per connection, a thread) for as long as it likes: enough of
+ * them and nobody else gets in. Every connection's current request has a
+ * deadline, from its connection (or the end of its previous response) to
+ * the end of its body; a watchdog shuts the socket of one that passes it.
+ * An idle keep-alive connection counts as a request not yet read. */
+
+#define MAX_WATCHED 4096
+
+typedef struct watched { int fd; double since; int reading; } watched;
+static watched w_conns[MAX_WATCHED];
+static pthread_mutex_t w_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t w_thread;
+static volatile int w_stop;
+static double w_timeout;
+
+static int conn_fd(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* reading: 1 a request is being read (the deadline runs), 0 it is in */
+static void watch_set(int fd, int reading, int add, int remove)
+{
+    pthread_mutex_lock(&w_mu);
+    for (int i = 0; i < MAX_WATCHED; i++) {
+        if (w_conns[i].fd == fd + 1 && fd >= 0) {
+            if (remove)
+                w_conns[i].fd = 0;
+            else {
+                w_conns[i].reading = reading;
+                w_conns[i].since = mono_s();
+            }
+            pthread_mutex_unlock(&w_mu);
+            return;
+        }
+    }
+    if (add)
+        for (int i = 0; i < MAX_WATCHED; i++)
+            if (!w_conns[i].fd) {
+                w_conns[i] = (watched){fd + 1, mono_s(), 1};
+                break;
+            }
+    pthread_mutex_unlock(&w_mu);
+}
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    while (!w_stop) {
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        double now = mono_s();
+        pthread_mutex_lock(&w_mu);
+        for (int i = 0; i < MAX_WATCHED; i++)
+            if (w_conns[i].fd && w_conns[i].reading && now - w_conns[i].since > w_timeout) {
+                shutdown(w_conns[i].fd - 1, SHUT_RDWR); /* MHD then closes it */
+                w_conns[i].reading = 0;
+            }
+        pthread_mutex_unlock(&w_mu);
+    }
+    return NULL;
+}
+
+static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    (void)socket_context;
+    watch_set(conn_fd(c), 1, toe == MHD_CONNECTION_NOTIFY_STARTED,
+              toe == MHD_CONNECTION_NOTIFY_CLOSED);
+}
+
 /* ---- requests ------------------------------------------------------------------------------ */
 
 /* OPTIONS: what a page of an allowed origin may send (204), else 403. */
@@ -380,8 +458,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                         MHD_HTTP_HEADER_ALLOW, want_post ? "POST" : "GET, HEAD",
                         "Method %.16s is not allowed on %s (%s).", method, url,
                         want_post ? "POST" : "GET");
-        if (!want_post)
+        if (!want_post) {
+            watch_set(conn_fd(c), 0, 0, 0);
             return get(c, sv, cx->route);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > sv->max_body) {
@@ -420,6 +500,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (cx->responded)
         return MHD_YES;
     cx->responded = 1;
+    watch_set(conn_fd(c), 0, 0, 0); /* the request is in */
     return post(c, sv, cx);
 }
 
@@ -427,7 +508,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)c;
+    watch_set(conn_fd(c), 1, 0, 0); /* the next request on this connection is awaited */
     conn *cx = *con_cls;
     if (!cx)
         return;
@@ -468,8 +549,9 @@ struct MHD_Daemon *srv_http_start(srv *sv, const char *host, int port, int *boun
         flags, (uint16_t)port, NULL, NULL, handler, sv,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, completed, sv,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, sv,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)sv->timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
         MHD_OPTION_END);
     if (!d) {
         snprintf(why, why_len, "%s", errno ? strerror(errno) : "libmicrohttpd refused to start");
@@ -477,10 +559,19 @@ struct MHD_Daemon *srv_http_start(srv *sv, const char *host, int port, int *boun
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     *bound = di ? di->port : port;
+    w_timeout = sv->read_timeout;
+    w_stop = 0;
+    if (pthread_create(&w_thread, NULL, watchdog, NULL)) {
+        MHD_stop_daemon(d);
+        snprintf(why, why_len, "cannot start the connection watchdog");
+        return NULL;
+    }
     return d;
 }
 
 void srv_http_stop(struct MHD_Daemon *d)
 {
+    w_stop = 1;
+    pthread_join(w_thread, NULL);
     MHD_stop_daemon(d);
 }

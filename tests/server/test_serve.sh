@@ -231,6 +231,40 @@ stop_server nopc
   pass "prompt_cache_keeps_conversations (first prompt $n1 tokens; reused $reuse_c with caches, $reuse_n without)" ||
   fail prompt_cache_keeps_conversations "first prompt ${n1:-?}, reused ${reuse_c:-?} with caches, ${reuse_n:-?} without"
 
+# ---- slow clients: 1100 connections that send their headers a line every half second
+# (more than the server's 1024 connections) hold nothing past --read-timeout
+start_server slowl "$M" --read-timeout 1 --parallel 1 || exit 1
+slport=${slowl_url##*:}
+$PY - "$slport" >"$W/slowloris.out" 2>&1 <<'P' &
+import socket, sys, time
+port = int(sys.argv[1])
+socks = []
+for i in range(1100):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
+        socks.append(s)
+    except OSError:
+        pass
+end = time.time() + 6
+while time.time() < end:
+    for s in socks:
+        try:
+            s.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            pass
+    time.sleep(0.5)
+P
+slpid=$!
+sleep 2.5
+t0=$(date +%s.%N)
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$slowl_url/v1/models")
+t1=$(date +%s.%N)
+wait $slpid
+[ "$code" = 200 ] && pass "slow_clients_do_not_starve_others ($(echo "$t1 - $t0" | bc) s)" ||
+  fail slow_clients_do_not_starve_others "status $code after slow clients: $(tail -3 "$W/slowl.log")"
+stop_server slowl
+
 # ---- limits: OpenAI's 16 for completions, the cap, the per-request timeout -------------
 nids() { $PY -c 'import json,sys; print(len(json.load(sys.stdin)["moestream"]["ids"]))'; }
 n=$(curl -s "$U/v1/completions" -d '{"prompt": "Hi", "ignore_eos": true}' | nids)
