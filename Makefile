@@ -26,7 +26,7 @@ TEST_SRC := $(sort $(wildcard tests/*/test_*.c))
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/configs.o
-APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o)
+APP_OBJ  := $(APP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/web.o
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
 LIB      := $(BUILD)/libmoestream.a
@@ -49,6 +49,14 @@ $(BUILD)/gen/configs.c: tools/embed_configs.sh $(wildcard configs/*/*.json)
 	sh tools/embed_configs.sh > $@
 
 $(BUILD)/gen/configs.o: $(BUILD)/gen/configs.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# The chat page of moestream serve, embedded.
+$(BUILD)/gen/web.c: tools/embed_web.sh app/web/chat.html
+	@mkdir -p $(dir $@)
+	sh tools/embed_web.sh > $@
+
+$(BUILD)/gen/web.o: $(BUILD)/gen/web.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)

