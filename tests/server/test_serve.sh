@@ -265,6 +265,19 @@ wait $slpid
   fail slow_clients_do_not_starve_others "status $code after slow clients: $(tail -3 "$W/slowl.log")"
 stop_server slowl
 
+# ---- a client that disconnects mid-stream frees its slot at once: on one slot, the
+# next request starts right after the hang-up, not after the abandoned generation
+start_server oneslot "$M" --parallel 1 || exit 1
+curl -sN --max-time 1 "$oneslot_url/v1/completions" -d "{\"prompt\": \"Hi\", $LONGGEN, \"stream\": true}" >/dev/null 2>&1
+t0=$(date +%s.%N)
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 "$oneslot_url/v1/completions" -d '{"prompt": "Next", "max_tokens": 2}')
+t1=$(date +%s.%N)
+dt=$(echo "$t1 - $t0" | bc)
+[ "$code" = 200 ] && [ "$(echo "$dt < 2" | bc)" = 1 ] && grep -q cancelled "$W/oneslot.log" &&
+  pass "hangup_frees_slot_at_once (next request in $dt s)" ||
+  fail hangup_frees_slot_at_once "status $code after $dt s: $(tail -2 "$W/oneslot.log")"
+stop_server oneslot
+
 # ---- limits: OpenAI's 16 for completions, the cap, the per-request timeout -------------
 nids() { $PY -c 'import json,sys; print(len(json.load(sys.stdin)["moestream"]["ids"]))'; }
 n=$(curl -s "$U/v1/completions" -d '{"prompt": "Hi", "ignore_eos": true}' | nids)
