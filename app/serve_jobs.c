@@ -246,10 +246,13 @@ char *srv_metrics_text(srv *sv)
                "# HELP moestream_disk_read_bytes_total Bytes of experts read from disk.\n"
                "# TYPE moestream_disk_read_bytes_total counter\n"
                "moestream_disk_read_bytes_total %lld\n"
+               "# HELP moestream_weight_read_bytes_total Bytes of weights the products read.\n"
+               "# TYPE moestream_weight_read_bytes_total counter\n"
+               "moestream_weight_read_bytes_total %lld\n"
                "# HELP moestream_uptime_seconds Seconds since the server started.\n"
                "# TYPE moestream_uptime_seconds gauge\nmoestream_uptime_seconds %.3f\n",
             (long long)st.expert_requests, (long long)st.expert_hits, (long long)st.bytes_read,
-            srv_now() - sv->t_start);
+            (long long)ms_weight_bytes_read(), srv_now() - sv->t_start);
 #undef LOAD
     fclose(f);
     return t;

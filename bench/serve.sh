@@ -2,7 +2,8 @@
 # Aggregate decode throughput of `moestream serve --parallel N` with 1, 2, 4
 # concurrent streaming clients, each asking for the same number of tokens
 # (ignore_eos) with its own prompt; prints min/median/max over ROUNDS of the
-# aggregate generated tokens/s and the mean batch the server reports.
+# aggregate generated tokens/s, the weight and disk bytes read per generated
+# token (from /metrics), and the mean batch the server reports.
 #   bench/serve.sh MODEL_DIR [ROUNDS=3] [TOKENS=24] [LEVELS="1 2 4"]
 # Use a model with a chat template or none (completions are used: no template).
 set -u
@@ -20,10 +21,13 @@ done
 U=http://127.0.0.1:$port
 one() { curl -sN "$U/v1/completions" -d "{\"prompt\": \"Client $1 round $2 says\", \"max_tokens\": $TOK, \"ignore_eos\": true, \"temperature\": 0, \"stream\": true}" >/dev/null; }
 one 0 warm
-echo "| clients | aggregate tok/s (min / median / max) | per client tok/s (median) |"
-echo "|---|---|---|"
+metric() { curl -s "$U/metrics" | sed -n "s/^$1 //p"; }
+echo "| clients | aggregate tok/s (min / median / max) | per client tok/s (median) | weight GB / token | disk GB / token |"
+echo "|---|---|---|---|---|"
 for c in $LEVELS; do
   rates=()
+  w0=$(metric moestream_weight_read_bytes_total); d0=$(metric moestream_disk_read_bytes_total)
+  g0=$(metric moestream_generated_tokens_total)
   for r in $(seq 1 "$ROUNDS"); do
     t0=$(date +%s.%N)
     for k in $(seq 1 "$c"); do one "$k" "$r" & done; wait $(jobs -p | grep -v "^$spid$") 2>/dev/null
@@ -33,7 +37,11 @@ for c in $LEVELS; do
   sorted=$(printf '%s\n' "${rates[@]}" | sort -g)
   mn=$(echo "$sorted" | head -1); mx=$(echo "$sorted" | tail -1)
   md=$(echo "$sorted" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
-  printf '| %d | %.2f / %.2f / %.2f | %.2f |\n' "$c" "$mn" "$md" "$mx" "$(echo "$md / $c" | bc -l)"
+  w1=$(metric moestream_weight_read_bytes_total); d1=$(metric moestream_disk_read_bytes_total)
+  g1=$(metric moestream_generated_tokens_total)
+  printf '| %d | %.2f / %.2f / %.2f | %.2f | %.3f | %.3f |\n' "$c" "$mn" "$md" "$mx" \
+    "$(echo "$md / $c" | bc -l)" "$(echo "($w1 - $w0) / ($g1 - $g0) / 1000000000" | bc -l)" \
+    "$(echo "($d1 - $d0) / ($g1 - $g0) / 1000000000" | bc -l)"
 done
 kill -TERM $spid; wait $spid 2>/dev/null
 grep "decode steps" "$W/log"
