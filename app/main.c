@@ -28,7 +28,9 @@ static const struct {
     {"tokenize", cmd_tokenize, "tokenize MODEL_DIR (--text TEXT | --text-file FILE)"},
     {"serve", cmd_serve,
      "serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-body SIZE] "
-     "[--queue N] [--name ID]\n                [--timeout S] [--keepalive S] [--ctx N] [-n N] "
+     "[--queue N] [--name ID]\n                [--parallel N] [--prompt-cache M] "
+     "[--allow-host NAME] [--cors ORIGIN] [--max-tokens-cap N]\n                "
+     "[--request-timeout S] [--read-timeout S] [--timeout S] [--keepalive S] [--ctx N] [-n N] "
      "[sampling, --think, "
      "--reasoning-effort, --chat-template-file and placement options as run]"},
     {"render", cmd_render,
