@@ -1,4 +1,5 @@
 /* Typed JSON getters over jansson; every failure names file and key. */
+#include <math.h>
 #include "base/json.h"
 
 #include <string.h>
@@ -53,6 +54,15 @@ int ms_json_int_opt(const json_t *obj, const char *file, const char *key, int64_
         return 0;
     }
     return ms_json_int(obj, file, key, out, err);
+}
+
+int ms_json_range(const char *file, const char *key, double v, double lo, double hi,
+                  int lo_open, ms_err *err)
+{
+    if (isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi)
+        return 0;
+    return ms_err_set(err, MS_E_FORMAT, "%s: \"%s\" is %g, expected a finite number in %c%g, "
+                      "%g]", file, key, v, lo_open ? '(' : '[', lo, hi);
 }
 
 int ms_json_num(const json_t *obj, const char *file, const char *key, double *out,

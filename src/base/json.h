@@ -26,6 +26,11 @@ int ms_json_int(const json_t *obj, const char *file, const char *key, int64_t *o
                 ms_err *err);
 int ms_json_int_opt(const json_t *obj, const char *file, const char *key, int64_t def,
                     int64_t *out, ms_err *err);
+/* A number read from a config: refused, naming the key, the value and the
+ * range, unless finite and in (lo, hi] (lo_open) or [lo, hi]. */
+int ms_json_range(const char *file, const char *key, double v, double lo, double hi,
+                  int lo_open, ms_err *err);
+
 int ms_json_num(const json_t *obj, const char *file, const char *key, double *out,
                 ms_err *err);
 int ms_json_num_opt(const json_t *obj, const char *file, const char *key, double def,

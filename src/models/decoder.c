@@ -140,6 +140,10 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         ms_rmsnorm(dec->x, L->ffn_norm, dec->eps, n, d, dec->xn);
         if (ffn(dec, f, l, err))
             return -1;
+        if (!ms_all_finite(dec->x, n * d))
+            return ms_err_set(err, MS_E_FORMAT, "layer %d produced non-finite values (NaN or "
+                              "Inf) in the residual stream: the checkpoint's weights or "
+                              "config give them", l);
         t1 = ms_now();
         tm->experts += t1 - t0;
         t0 = t1;

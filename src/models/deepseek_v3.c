@@ -96,10 +96,12 @@ static int read_config(deepseek_v3 *m, const json_t *c, int64_t *n_layers, ms_er
         ms_json_int_opt(c, f, "num_nextn_predict_layers", 0, &m->n_mtp, err) ||
         ms_json_bool_opt(c, f, "norm_topk_prob", 1, &m->norm_topk, err) ||
         ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
+        ms_json_range(f, "routed_scaling_factor", m->rsf, 0, 1e4, 1, err) ||
         ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &m->tie, err) ||
         ms_json_bool_opt(c, f, "attention_bias", 0, &m->attn_bias, err) ||
         ms_json_bool_opt(c, f, "rope_interleave", 1, &m->interleave, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
+        ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
         ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err) ||
         check_fixed(c, err))
         return -1;

@@ -53,7 +53,9 @@ static int read_config(gpt_oss *m, const json_t *c, int64_t *n_layers, ms_err *e
         ms_json_int(c, f, "num_local_experts", &e, err) ||
         ms_json_int(c, f, "sliding_window", &m->window, err) ||
         ms_json_num(c, f, "rope_theta", &m->rope_theta, err) ||
+        ms_json_range(f, "rope_theta", m->rope_theta, 0, 1e12, 1, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
+        ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
         ms_json_num_opt(c, f, "swiglu_limit", 7.0, &m->swiglu_limit, err) ||
         ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err))
         return -1;

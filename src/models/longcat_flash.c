@@ -101,12 +101,14 @@ static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *e
         ms_json_int_opt(c, f, "zero_expert_num", 0, &z, err) ||
         ms_json_int(c, f, kkey, &k, err) ||
         ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
+        ms_json_range(f, "routed_scaling_factor", m->rsf, 0, 1e4, 1, err) ||
         ms_json_bool_opt(c, f, "router_bias", 0, &m->router_bias, err) ||
         ms_json_bool_opt(c, f, "attention_bias", 0, &m->attn_bias, err) ||
         ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &m->tie, err) ||
         ms_json_bool_opt(c, f, "mla_scale_q_lora", 1, &m->scale_q, err) ||
         ms_json_bool_opt(c, f, "mla_scale_kv_lora", 1, &m->scale_kv, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
+        ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
         ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err) ||
         check_fixed(c, err))
         return -1;
@@ -357,9 +359,14 @@ static int lc_forward(ms_model *mb, const ms_fwd *f, ms_err *err)
     for (int64_t t = 0; t < n; t++) /* ids as given: no BOS, ever */
         ms_mat_row(&m->embed, f->ids[t], m->x + t * d);
     f->timers->other += ms_now() - t0;
-    for (int l = 0; l < mb->n_layers; l++)
+    for (int l = 0; l < mb->n_layers; l++) {
         if (layer(m, f, l, err))
             return -1;
+        if (!ms_all_finite(m->x, n * d))
+            return ms_err_set(err, MS_E_FORMAT, "layer %d produced non-finite values (NaN or "
+                              "Inf) in the residual stream: the checkpoint's weights or "
+                              "config give them", l);
+    }
     t0 = ms_now();
     if (f->logits) { /* no logits buffer: an inner block of a longer prompt */
         int64_t first = f->logits_all ? 0 : n - 1;

@@ -293,6 +293,7 @@ int ms_mla_read_rope(const json_t *c, int dim, int interleaved, ms_rope *rope,
     rc->interleaved = interleaved;
     rc->scale_mult = 1.0;
     if (ms_json_num(c, f, "rope_theta", &rc->theta, err) ||
+        ms_json_range(f, "rope_theta", rc->theta, 0, 1e12, 1, err) ||
         ms_json_int(c, f, "max_position_embeddings", &max_pos, err))
         return -1;
     const json_t *rs = json_object_get(c, "rope_scaling");

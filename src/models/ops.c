@@ -67,3 +67,12 @@ void ms_softmax(float *x, int64_t n)
     for (int64_t i = 0; i < n; i++)
         x[i] *= inv;
 }
+
+int ms_all_finite(const float *x, int64_t n)
+{
+    /* x * 0 is 0 for every finite x and NaN for NaN and the infinities */
+    float acc = 0;
+    for (int64_t i = 0; i < n; i++)
+        acc += x[i] * 0.0f;
+    return acc == 0;
+}

@@ -25,4 +25,7 @@ void ms_mat_row(const ms_mat *w, int64_t r, float *out);
 void ms_softmax(float *x, int64_t n);
 
 
+/* 1 when all n values are finite (no NaN, no Inf). */
+int ms_all_finite(const float *x, int64_t n);
+
 #endif

@@ -53,7 +53,9 @@ static int read_config(qwen3 *m, const json_t *c, int64_t *n_layers, ms_err *err
         ms_json_bool_opt(c, f, "attention_bias", 0, &m->attn_bias, err) ||
         ms_json_bool_opt(c, f, "use_sliding_window", 0, &sw, err) ||
         ms_json_num(c, f, "rope_theta", &m->rope_theta, err) ||
+        ms_json_range(f, "rope_theta", m->rope_theta, 0, 1e12, 1, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
+        ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
         ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err))
         return -1;
     m->head_dim = hd;

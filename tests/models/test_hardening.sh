@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Config values out of range are refused naming the key, the value and the
+# range (rope_theta, rms_norm_eps, routed_scaling_factor), and a checkpoint
+# whose weights give NaN stops with an error naming the layer instead of
+# printing ids from non-finite logits.
+set -u
+cd "$(dirname "$0")/../.."
+PY=/usr/bin/python3
+BIN=${MS_BIN:-./moestream}
+if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); trap 'rm -rf "$MS_TMP"' EXIT; fi
+W=$MS_TMP/hardening; rm -rf "$W"; mkdir -p "$W"
+fails=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+echo "1 2 3" >"$W/p.ids"
+
+$PY tools/tinyckpt/qwen3_moe.py --out "$W/q" >/dev/null 2>&1
+$PY tools/tinyckpt/deepseek_v3.py --out "$W/d" >/dev/null 2>&1
+$PY tools/tinyckpt/longcat_flash.py --out "$W/l" >/dev/null 2>&1
+edit() { # SRC DST KEY VALUE(JSON)
+  rm -rf "$2"; cp -r "$1" "$2"
+  $PY - "$2/config.json" "$3" "$4" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(sys.argv[1], "w"))
+P
+}
+refused() { # NAME DIR WANT
+  local out rc
+  out=$("$BIN" run "$2" --prompt-ids "$W/p.ids" -n 2 --ids 2>&1); rc=$?
+  [ $rc -ne 0 ] && printf '%s' "$out" | grep -q -- "$3" && pass "$1" || fail "$1" "rc $rc: $out"
+}
+edit "$W/q" "$W/q1" rope_theta 0
+refused refuses_rope_theta_zero "$W/q1" '"rope_theta" is 0, expected a finite number in (0, 1e+12]'
+edit "$W/q" "$W/q2" rms_norm_eps -1e-6
+refused refuses_negative_rms_norm_eps "$W/q2" '"rms_norm_eps" is -1e-06'
+edit "$W/d" "$W/d1" routed_scaling_factor 1e308
+refused refuses_huge_routed_scaling_factor "$W/d1" '"routed_scaling_factor" is 1e+308'
+edit "$W/l" "$W/l1" rope_theta -5
+refused refuses_negative_rope_theta_mla "$W/l1" '"rope_theta" is -5'
+
+# a NaN inside a norm weight: the first layer it reaches is named
+nan_in() { # DIR TENSOR
+  $PY - "$1" "$2" <<'P'
+import json, os, struct, sys
+d, name = sys.argv[1], sys.argv[2]
+idx = os.path.join(d, "model.safetensors.index.json")
+f = json.load(open(idx))["weight_map"][name] if os.path.exists(idx) else "model.safetensors"
+p = os.path.join(d, f)
+with open(p, "r+b") as fh:
+    n = struct.unpack("<Q", fh.read(8))[0]
+    h = json.loads(fh.read(n))
+    t = h[name]
+    assert t["dtype"] in ("BF16", "F32"), t["dtype"]
+    fh.seek(8 + n + t["data_offsets"][0])
+    fh.write(b"\xc0\x7f" if t["dtype"] == "BF16" else struct.pack("<f", float("nan")))
+P
+}
+rm -rf "$W/q3"; cp -r "$W/q" "$W/q3"
+nan_in "$W/q3" model.layers.1.post_attention_layernorm.weight
+refused nan_weight_names_the_layer "$W/q3" "layer 1 produced non-finite values"
+out=$("$BIN" run "$W/q" --prompt-ids "$W/p.ids" -n 2 --ids 2>&1); rc=$?
+[ $rc -eq 0 ] && pass untouched_model_still_runs || fail untouched_model_still_runs "rc $rc: $out"
+[ "$fails" -eq 0 ]
