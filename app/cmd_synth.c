@@ -28,6 +28,8 @@ int cmd_synth(int argc, char **argv)
                 return cli_usage_error("synth", "--shard-size expects a size like 4G");
         } else if (miss)
             return cli_usage_error("synth", "%s needs a value", argv[i]);
+        else if (!strcmp(argv[i], "--force"))
+            o.force = 1;
         else
             return cli_usage_error("synth", "unexpected argument \"%s\"", argv[i]);
     }

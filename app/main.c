@@ -43,7 +43,8 @@ static const struct {
      "parse (MODEL_DIR | --format harmony|qwen3|qwen3_coder|deepseek_v3|deepseek_v3_1|longcat) "
      "--text-file FILE\n                [--tools FILE] [--opens-reasoning] [--partial]"},
     {"synth", cmd_synth,
-     "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE]"},
+     "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE] "
+     "[--force]"},
     {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},
     {"bench", cmd_bench,
      "bench MODEL_DIR [--prompt N] [-n N] [--disk N] [--floor] [--precision exact|fast] "

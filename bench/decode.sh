@@ -30,7 +30,7 @@ if [ ${#models[@]} -eq 0 ] && [ -n "${SYNTH:-}" ]; then
   for spec in "gpt-oss-20b" "qwen3-30b-a3b --layers 12" "deepseek-v3 --layers 4"; do
     set -- $spec
     dir="$SYNTH/$1${3:+-L$3}"
-    [ -f "$dir/config.json" ] || ./moestream synth --like $spec --out "$dir" >&2
+    [ -f "$dir/config.json" ] || ./moestream synth --like $spec --out "$dir" --force >&2
     models+=("$dir")
   done
 fi

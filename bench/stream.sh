@@ -28,7 +28,7 @@ trap 'rm -rf "$OUT"' EXIT
 if [ ! -f "$MODEL/config.json" ]; then
   echo "writing a synthetic gpt-oss-20b to $MODEL (13.8 GB)..."
   mkdir -p "$(dirname "$MODEL")"
-  $BIN synth --like gpt-oss-20b --out "$MODEL" --seed 1
+  $BIN synth --like gpt-oss-20b --out "$MODEL" --seed 1 --force
 fi
 shards=("$MODEL"/*.safetensors)
 

@@ -219,7 +219,13 @@ typedef struct ms_synth_opts {
     uint64_t seed;
     int64_t shard_bytes;     /* 0 = about 4.6 GB per shard, as releases */
     int quiet;
+    int force;               /* write into a folder that is not empty */
 } ms_synth_opts;
+/* Writes a random-weight checkpoint into out_dir, which must be empty or
+ * absent unless force. Every file is written under a temporary name,
+ * opened with O_NOFOLLOW | O_EXCL (never through a symbolic link), and
+ * renamed into place once complete; config.json comes last, so a folder
+ * left by a failure does not look like a model. */
 int ms_synth(const ms_synth_opts *o, ms_error *err);
 /* Built-in configuration names, NULL-terminated. */
 const char *ms_synth_name(int i);

@@ -6,6 +6,7 @@
  * the pessimistic case for an expert cache. */
 #include "runtime/synth.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -127,6 +128,33 @@ static int write_all(int fd, const void *p, size_t n, const char *path, ms_err *
     return 0;
 }
 
+/* A new file DIR/.NAME.partial for writing: O_EXCL | O_NOFOLLOW, so that
+ * nothing is written through a link planted there (a stale partial of an
+ * interrupted run is removed first; a link is removed, never followed). */
+static int create_partial(const char *dir, const char *name, char *tmp, size_t cap, ms_err *err)
+{
+    snprintf(tmp, cap, "%s/.%s.partial", dir, name);
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        ms_err_set(err, MS_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    return fd;
+}
+
+/* Renames the finished partial over DIR/NAME (a link there is replaced,
+ * not followed). */
+static int put_in_place(const char *dir, const char *name, const char *tmp, ms_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return ms_err_set(err, MS_E_IO, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    return 0;
+}
+
 /* One shard: header (tensors sorted by dtype width then name, as the
  * safetensors writer does), then the data. */
 static int write_shard(const char *dir, const shard *sh, const ms_tensor_spec *specs,
@@ -156,13 +184,10 @@ static int write_shard(const char *dir, const shard *sh, const ms_tensor_spec *s
     char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(hdr);
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, sh->name);
-    int fd = text ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    int fd = text ? create_partial(dir, sh->name, path, sizeof path, err) : -1;
     int rc = -1;
-    if (fd < 0) {
-        ms_err_set(err, MS_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (fd < 0)
         goto out;
-    }
     size_t tl = strlen(text), hl = (tl + 7) & ~(size_t)7;
     uint8_t len8[8];
     for (int i = 0; i < 8; i++)
@@ -184,6 +209,10 @@ static int write_shard(const char *dir, const shard *sh, const ms_tensor_spec *s
 out:
     if (fd >= 0 && close(fd) && rc == 0)
         rc = ms_err_set(err, MS_E_IO, "%s: close failed: %s", path, strerror(errno));
+    if (fd >= 0 && rc)
+        unlink(path);
+    if (rc == 0)
+        rc = put_in_place(dir, sh->name, path, err);
     free(text);
     free(v);
     return rc;
@@ -205,15 +234,21 @@ static void shard_name(const char *family, int i, int n, char *out, size_t cap)
 
 static int write_json(const char *dir, const char *name, json_t *j, ms_err *err)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char tmp[4096];
+    int fd = create_partial(dir, name, tmp, sizeof tmp, err);
+    if (fd < 0)
+        return -1;
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    FILE *f = text ? fopen(path, "w") : NULL;
-    int bad = !f || fprintf(f, "%s\n", text) < 0;
-    if (f && fclose(f))
+    int bad = !text || write_all(fd, text, strlen(text), tmp, err) ||
+              write_all(fd, "\n", 1, tmp, err);
+    if (close(fd))
         bad = 1;
     free(text);
-    return bad ? ms_err_set(err, MS_E_IO, "%s: cannot write", path) : 0;
+    if (bad) {
+        unlink(tmp);
+        return err->msg[0] ? -1 : ms_err_set(err, MS_E_IO, "%s: cannot write", tmp);
+    }
+    return put_in_place(dir, name, tmp, err);
 }
 
 static int write_index(const char *dir, const shard *sh, int n_sh, const ms_tensor_spec *specs,
@@ -321,6 +356,27 @@ int ms_synth(const ms_synth_opts *o, ms_error *err)
     if (mkdir(o->out_dir, 0755) && errno != EEXIST) {
         ms_err_set(err, MS_E_IO, "%s: cannot create: %s", o->out_dir, strerror(errno));
         goto out;
+    }
+    if (!o->force) { /* never overwrite a folder by accident (a real model, say) */
+        DIR *dd = opendir(o->out_dir);
+        struct dirent *de;
+        const char *seen = NULL;
+        char first[256] = "";
+        while (dd && (de = readdir(dd)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+                !strstr(de->d_name, ".partial")) {
+                snprintf(first, sizeof first, "%s", de->d_name);
+                seen = first;
+                break;
+            }
+        if (dd)
+            closedir(dd);
+        if (!dd || seen) {
+            ms_err_set(err, MS_E_ARG, dd ? "%s is not empty (it holds %s); synth writes only "
+                       "into an empty or new folder, or give --force" : "%s: not a folder%s",
+                       o->out_dir, dd ? seen : "");
+            goto out;
+        }
     }
     if (collect_specs(cfg, o->out_dir, &b, &fam, err))
         goto out;

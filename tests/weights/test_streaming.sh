@@ -82,6 +82,20 @@ if "$BIN" synth --config "$W/synth_cfg.json" --out "$W/synth" --shard-size 100K 
 else
   fail synth_inspect_passes "$(tail -2 "$W/err")"
 fi
+# synth never overwrites by accident nor writes through a link
+mkdir -p "$W/busy"; echo mine >"$W/busy/notes.txt"
+out=$("$BIN" synth --config "$W/synth_cfg.json" --out "$W/busy" --shard-size 100K 2>&1); rc=$?
+[ $rc -ne 0 ] && printf '%s' "$out" | grep -q "busy is not empty (it holds notes.txt).*--force" &&
+  [ "$(cat "$W/busy/notes.txt")" = mine ] && [ ! -f "$W/busy/config.json" ] &&
+  pass synth_refuses_non_empty_folder || fail synth_refuses_non_empty_folder "rc=$rc $out"
+mkdir -p "$W/linked"; echo precious >"$W/target.json"; ln -s "$W/target.json" "$W/linked/config.json"
+if "$BIN" synth --config "$W/synth_cfg.json" --out "$W/linked" --shard-size 100K --force 2>"$W/err" &&
+   [ "$(cat "$W/target.json")" = precious ] && [ ! -L "$W/linked/config.json" ] &&
+   "$BIN" inspect "$W/linked" >/dev/null 2>&1 && ! ls -a "$W/linked" | grep -q partial; then
+  pass synth_force_replaces_links_not_targets
+else
+  fail synth_force_replaces_links_not_targets "$(cat "$W/err") target: $(cat "$W/target.json") $(ls -la "$W/linked" | head -5)"
+fi
 out=$("$BIN" synth --like no-such-model --out "$W/x" 2>&1); rc=$?
 [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'no built-in configuration "no-such-model" (have: .*gpt-oss-20b' &&
   pass synth_unknown_name_refused || fail synth_unknown_name_refused "rc=$rc $out"
