@@ -61,21 +61,18 @@ int cli_parse_f64(const char *s, double lo, double hi, double *out)
 
 int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err)
 {
-    FILE *f = fopen(path, "r");
+    char *text = NULL;
     *ids = NULL;
     *n = 0;
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%s: cannot open: %s", path, strerror(errno));
-        err->code = MS_E_IO;
+    if (ms_read_file(path, (size_t)256 << 20, &text, NULL, err))
         return -1;
-    }
     int64_t cap = 0;
-    char tok[64];
     int rc = 0;
-    while (fscanf(f, "%63s", tok) == 1) {
+    for (char *save = NULL, *tok = strtok_r(text, " \t\r\n", &save); tok;
+         tok = strtok_r(NULL, " \t\r\n", &save)) {
         int64_t v;
         if (cli_parse_i64(tok, 0, INT32_MAX, &v)) {
-            snprintf(err->msg, sizeof err->msg, "%s: token %lld is \"%s\", expected a "
+            snprintf(err->msg, sizeof err->msg, "%s: token %lld is \"%.40s\", expected a "
                      "non-negative decimal id", path, (long long)*n, tok);
             err->code = MS_E_ARG;
             rc = -1;
@@ -94,7 +91,7 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err)
         }
         (*ids)[(*n)++] = (int32_t)v;
     }
-    fclose(f);
+    free(text);
     if (rc == 0 && *n == 0) {
         snprintf(err->msg, sizeof err->msg, "%s: no token ids in the file", path);
         err->code = MS_E_ARG;

@@ -10,32 +10,8 @@
 
 static char *slurp(const char *path, size_t *len, ms_error *err)
 {
-    FILE *f = fopen(path, "rb");
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%s: cannot open", path);
-        err->code = MS_E_IO;
-        return NULL;
-    }
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            char *p = realloc(buf, cap);
-            if (!p)
-                break;
-            buf = p;
-        }
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
-        if (!k)
-            break;
-        n += k;
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = 0;
-    *len = n;
-    return buf;
+    return ms_read_file(path, (size_t)1 << 30, &buf, len, err) ? NULL : buf;
 }
 
 /* model_type of MODEL_DIR/config.json, and its chat template's source */
@@ -43,8 +19,13 @@ static int folder_format(const char *dir, int *format, ms_error *err)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t je;
-    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+    json_error_t je = {0};
+    size_t n = 0;
+    char *text = slurp(path, &n, err);
+    if (!text)
+        return -1;
+    json_t *cfg = json_loadb(text, n, JSON_DECODE_INT_AS_REAL, &je);
+    free(text);
     const char *family = json_string_value(json_object_get(cfg, "model_type"));
     if (!family) {
         snprintf(err->msg, sizeof err->msg, "%.700s: %.200s", path,

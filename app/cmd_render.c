@@ -11,8 +11,14 @@
 static int read_messages(const char *path, json_t **root, ms_chat_msg **msgs, int *n,
                          ms_error *err)
 {
-    json_error_t je;
-    *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_error_t je = {0};
+    char *text = NULL;
+    size_t len = 0;
+    *root = NULL;
+    if (ms_read_file(path, (size_t)256 << 20, &text, &len, err))
+        return -1;
+    *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!*root || !json_is_array(*root)) {
         snprintf(err->msg, sizeof err->msg, "%s: expected a JSON list of messages (%s)", path,
                  *root ? "not a list" : je.text);
@@ -49,8 +55,13 @@ static int parse_date(const char *s, int64_t *out)
 
 static int read_text(const char *path, char **out, ms_error *err)
 {
-    json_error_t je;
-    json_t *req = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_error_t je = {0};
+    char *text = NULL;
+    size_t n = 0;
+    if (ms_read_file(path, (size_t)256 << 20, &text, &n, err))
+        return -1;
+    json_t *req = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!req) {
         snprintf(err->msg, sizeof err->msg, "%s: not a JSON request body (line %d: %s)", path,
                  je.line, je.text);

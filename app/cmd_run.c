@@ -71,28 +71,8 @@ static int constrain(const run_opts *o, const ms_engine *eng, ms_tokenizer **tok
                      ms_grammar **g, ms_vocab_index **vi, ms_error *err)
 {
     char *schema = NULL;
-    if (o->json_schema) {
-        FILE *f = fopen(o->json_schema, "rb");
-        size_t n = 0, cap = 0;
-        for (size_t k = 1; f && k;) {
-            if (n + 4096 + 1 > cap) {
-                char *p = realloc(schema, cap = cap ? 2 * cap : 65536);
-                if (!p)
-                    break;
-                schema = p;
-            }
-            n += (k = fread(schema + n, 1, cap - n - 1, f));
-        }
-        if (f)
-            fclose(f);
-        if (!f || !schema) {
-            free(schema);
-            snprintf(err->msg, sizeof err->msg, "%s: cannot read the JSON schema", o->json_schema);
-            err->code = MS_E_IO;
-            return -1;
-        }
-        schema[n] = 0;
-    }
+    if (o->json_schema && ms_read_file(o->json_schema, (size_t)16 << 20, &schema, NULL, err))
+        return -1;
     int rc;
     if (o->raw || o->prompt_ids) {
         const char *sch[1] = {schema};

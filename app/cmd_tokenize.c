@@ -13,45 +13,7 @@
 
 static int read_text_file(const char *path, char **text, size_t *len, ms_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    *text = NULL;
-    *len = 0;
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%s: cannot open: %s", path, strerror(errno));
-        err->code = MS_E_IO;
-        return -1;
-    }
-    size_t cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (cap - *len < 65536) {
-            cap = cap ? 2 * cap : 1 << 20;
-            char *p = realloc(*text, cap);
-            if (!p) {
-                snprintf(err->msg, sizeof err->msg, "out of memory reading %s", path);
-                err->code = MS_E_NOMEM;
-                rc = -1;
-                break;
-            }
-            *text = p;
-        }
-        size_t got = fread(*text + *len, 1, cap - *len, f);
-        *len += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                snprintf(err->msg, sizeof err->msg, "%s: read error", path);
-                err->code = MS_E_IO;
-                rc = -1;
-            }
-            break;
-        }
-    }
-    fclose(f);
-    if (rc) {
-        free(*text);
-        *text = NULL;
-    }
-    return rc;
+    return ms_read_file(path, (size_t)1 << 30, text, len, err);
 }
 
 int cmd_tokenize(int argc, char **argv)

