@@ -225,6 +225,22 @@ int ms_st_parse_header(const char *path, const char *hdr, uint64_t len,
         f->n_tensors++;
     }
     rc = check_overlaps(path, f, err);
+    if (rc == 0) {
+        /* the data section ends exactly where the last tensor does, as the
+         * reference library requires: a header length one byte short (the
+         * JSON still parses without its padding) reads every tensor a byte
+         * off, and trailing bytes mean the same kind of mismatch */
+        uint64_t end = 0;
+        for (int i = 0; i < f->n_tensors; i++)
+            if (f->tensors[i].offset + f->tensors[i].nbytes - data_start > end)
+                end = f->tensors[i].offset + f->tensors[i].nbytes - data_start;
+        if (end != data_size)
+            rc = ms_err_set(err, MS_E_FORMAT, "%s: the data section holds %llu bytes but the "
+                            "tensors end at %llu: the header length (%llu) does not match the "
+                            "header, or the file has bytes no tensor owns", path,
+                            (unsigned long long)data_size, (unsigned long long)end,
+                            (unsigned long long)len);
+    }
 out:
     json_decref(root);
     return rc;

@@ -64,6 +64,29 @@ refused nan_weight_names_the_layer "$W/q3" "layer 1 produced non-finite values"
 out=$("$BIN" run "$W/q" --prompt-ids "$W/p.ids" -n 2 --ids 2>&1); rc=$?
 [ $rc -eq 0 ] && pass untouched_model_still_runs || fail untouched_model_still_runs "rc $rc: $out"
 
+# a header length one byte short, the JSON still parsing without its padding:
+# every tensor would be read a byte off; refused as the reference library does
+rm -rf "$W/hs"; cp -r "$W/q" "$W/hs"
+$PY - "$W/hs" <<'P'
+import json, os, struct, sys
+d = sys.argv[1]
+for f in sorted(os.listdir(d)):
+    if not f.endswith(".safetensors"):
+        continue
+    p = os.path.join(d, f)
+    b = bytearray(open(p, "rb").read())
+    n = struct.unpack("<Q", b[:8])[0]
+    h = b[8:8 + n].rstrip(b" ")
+    pad = (8 - (len(h) + 1) % 8) % 8
+    h = bytes(h) + b" " * (pad + 1)              # at least one padding space
+    b = struct.pack("<Q", len(h) - 1) + h + b[8 + n:]  # the length counts one byte less
+    open(p, "wb").write(b)
+    break
+P
+out=$("$BIN" inspect "$W/hs" 2>&1); rc=$?
+[ $rc -ne 0 ] && printf '%s' "$out" | grep -q "the data section holds .* but the tensors end at" &&
+  pass header_length_one_short_refused || fail header_length_one_short_refused "rc $rc: $(printf '%s' "$out" | tail -3)"
+
 # a FIFO or a device in place of a file: refused at once, never a hang or an
 # endless read (each command has 10 s; a hang is a failure, not a wait)
 fifo_case() { # NAME FILE-TO-REPLACE COMMAND...
