@@ -60,6 +60,26 @@ int ms_json_int_opt(const json_t *obj, const char *file, const char *key, int64_
     return ms_json_int(obj, file, key, out, err);
 }
 
+int ms_json_int_either(const json_t *obj, const char *file, const char *a, const char *b,
+                       int64_t *out, ms_err *err)
+{
+    int64_t va = 0, vb = 0;
+    int ha = get(obj, a) != NULL, hb = get(obj, b) != NULL;
+    if (ha && ms_json_int(obj, file, a, &va, err))
+        return -1;
+    if (hb && ms_json_int(obj, file, b, &vb, err))
+        return -1;
+    if (ha && hb && va != vb)
+        return ms_err_set(err, MS_E_FORMAT, "%s: \"%s\" is %lld but \"%s\" is %lld: they name "
+                          "the same setting and must agree", file, a, (long long)va, b,
+                          (long long)vb);
+    if (!ha && !hb)
+        return ms_err_set(err, MS_E_FORMAT, "%s: missing required key \"%s\" (or \"%s\")", file,
+                          a, b);
+    *out = ha ? va : vb;
+    return 0;
+}
+
 int ms_json_range(const char *file, const char *key, double v, double lo, double hi,
                   int lo_open, ms_err *err)
 {

@@ -26,6 +26,12 @@ int ms_json_int(const json_t *obj, const char *file, const char *key, int64_t *o
                 ms_err *err);
 int ms_json_int_opt(const json_t *obj, const char *file, const char *key, int64_t def,
                     int64_t *out, ms_err *err);
+/* An integer a config may give under either of two names (releases and
+ * HF conversions differ): the one present; both present and different is
+ * an error naming both, since which the model was trained with is unknown. */
+int ms_json_int_either(const json_t *obj, const char *file, const char *a, const char *b,
+                       int64_t *out, ms_err *err);
+
 /* A number read from a config: refused, naming the key, the value and the
  * range, unless finite and in (lo, hi] (lo_open) or [lo, hi]. */
 int ms_json_range(const char *file, const char *key, double v, double lo, double hi,

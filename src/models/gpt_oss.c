@@ -60,9 +60,7 @@ static int read_config(gpt_oss *m, const json_t *c, int64_t *n_layers, ms_err *e
         ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err))
         return -1;
     /* HF names it num_experts_per_tok; the original config experts_per_token */
-    const char *kkey = json_object_get(c, "num_experts_per_tok") ? "num_experts_per_tok"
-                                                                  : "experts_per_token";
-    if (ms_json_int(c, f, kkey, &k, err))
+    if (ms_json_int_either(c, f, "num_experts_per_tok", "experts_per_token", &k, err))
         return -1;
     int itie;
     if (ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &itie, err))

@@ -80,7 +80,6 @@ static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *e
 {
     const char *f = "config.json";
     int64_t kv_heads, qk, rot, e, z, k;
-    const char *kkey = json_object_get(c, "moe_topk") ? "moe_topk" : "num_experts_per_tok";
     const char *ffkey = json_object_get(c, "ffn_hidden_size") ? "ffn_hidden_size"
                                                                : "intermediate_size";
     if (ms_json_int(c, f, "num_layers", n_layers, err) ||
@@ -99,7 +98,7 @@ static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *e
         ms_json_int(c, f, "expert_ffn_hidden_size", &m->d_ff_expert, err) ||
         ms_json_int(c, f, "n_routed_experts", &e, err) ||
         ms_json_int_opt(c, f, "zero_expert_num", 0, &z, err) ||
-        ms_json_int(c, f, kkey, &k, err) ||
+        ms_json_int_either(c, f, "moe_topk", "num_experts_per_tok", &k, err) ||
         ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
         ms_json_range(f, "routed_scaling_factor", m->rsf, 0, 1e4, 1, err) ||
         ms_json_bool_opt(c, f, "router_bias", 0, &m->router_bias, err) ||

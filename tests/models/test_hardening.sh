@@ -41,6 +41,19 @@ refused refuses_huge_routed_scaling_factor "$W/d1" '"routed_scaling_factor" is 1
 edit "$W/l" "$W/l1" rope_theta -5
 refused refuses_negative_rope_theta_mla "$W/l1" '"rope_theta" is -5'
 
+# two names of one setting that disagree
+$PY tools/tinyckpt/gpt_oss.py --out "$W/g" --preset tiny >/dev/null 2>&1
+edit "$W/g" "$W/g1" experts_per_token 1
+$PY - "$W/g1/config.json" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["num_experts_per_tok"] = c.get("num_experts_per_tok", c["experts_per_token"] + 1)
+if c["num_experts_per_tok"] == c["experts_per_token"]:
+    c["num_experts_per_tok"] += 1
+json.dump(c, open(sys.argv[1], "w"))
+P
+refused refuses_disagreeing_expert_counts "$W/g1" 'but "experts_per_token" is 1: they name the same setting'
+
 # a NaN inside a norm weight: the first layer it reaches is named
 nan_in() { # DIR TENSOR
   $PY - "$1" "$2" <<'P'
