@@ -121,11 +121,25 @@ static void pin_dense(ms_engine *eng, int quiet)
 static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
 {
     ms_model *m = eng->model;
+    uint64_t kv = (uint64_t)(kv_bytes_per_token(m) * eng->default_ctx);
+    uint64_t avail = ms_mem_available(), reserve = (256ull << 20) + avail / 20;
+    /* what cannot fit is refused here, with the numbers, before anything
+     * big is allocated (an OOM kill names nothing) */
+    uint64_t resident = eng->dense_bytes - eng->embed_bytes;
+    if (avail && kv + resident + reserve > avail)
+        return ms_err_set(err, MS_E_NOMEM, "a context of %lld tokens needs %.2f GB of KV cache "
+                          "per session, with %.2f GB of dense weights more than the %.2f GB "
+                          "available: lower --ctx", (long long)eng->default_ctx, (double)kv / 1e9,
+                          (double)resident / 1e9, (double)avail / 1e9);
+    if (avail && o->ram > 0 && (uint64_t)o->ram + kv + resident + reserve > avail)
+        return ms_err_set(err, MS_E_NOMEM, "--ram %.2f GB for the expert cache, with %.2f GB of "
+                          "dense weights and %.2f GB of KV cache, is more than the %.2f GB "
+                          "available (cgroup limit and MemAvailable): lower --ram",
+                          (double)o->ram / 1e9, (double)resident / 1e9, (double)kv / 1e9,
+                          (double)avail / 1e9);
     if (!m->experts)
         return 0;
     uint64_t experts = ms_expert_total_bytes(m->experts);
-    uint64_t kv = (uint64_t)(kv_bytes_per_token(m) * eng->default_ctx);
-    uint64_t avail = ms_mem_available(), reserve = (256ull << 20) + avail / 20;
     int place = o->placement;
     if (place == MS_PLACE_AUTO)
         place = o->ram > 0 || o->cache_slots > 0 ? MS_PLACE_CACHE

@@ -41,6 +41,15 @@ refused refuses_huge_routed_scaling_factor "$W/d1" '"routed_scaling_factor" is 1
 edit "$W/l" "$W/l1" rope_theta -5
 refused refuses_negative_rope_theta_mla "$W/l1" '"rope_theta" is -5'
 
+# what cannot fit in memory is refused with the numbers, before allocating
+refused_args() { # NAME WANT ARGS...
+  local name=$1 want=$2 out rc; shift 2
+  out=$("$BIN" run "$W/q" --prompt-ids "$W/p.ids" -n 1 --ids "$@" 2>&1); rc=$?
+  [ $rc -ne 0 ] && printf '%s' "$out" | grep -q -- "$want" && pass "$name" || fail "$name" "rc $rc: $out"
+}
+refused_args impossible_ctx_refused "a context of 1099511627776 tokens needs .* GB of KV cache" --ctx 1099511627776
+refused_args impossible_ram_refused "--ram 2147.48 GB for the expert cache.*lower --ram" --ram 2000G --experts cache
+
 # two names of one setting that disagree
 $PY tools/tinyckpt/gpt_oss.py --out "$W/g" --preset tiny >/dev/null 2>&1
 edit "$W/g" "$W/g1" experts_per_token 1
