@@ -178,6 +178,18 @@ static int open_indexed(ms_checkpoint *ck, const char *index_path, ms_err *err)
             goto out;
         }
     }
+    /* and the other way: a tensor the index does not list is one the
+     * reference loader never reads; using it would make another model */
+    for (int fi = 0; fi < ck->n_files; fi++)
+        for (int ti = 0; ti < ck->files[fi].n_tensors; ti++) {
+            const char *tn = ck->files[fi].tensors[ti].name;
+            if (!json_object_get(wm, tn)) {
+                ms_err_set(err, MS_E_FORMAT, "%s: tensor \"%s\" is stored in %s but the "
+                           "weight_map does not list it", index_path, tn,
+                           strrchr(ck->files[fi].path, '/') + 1);
+                goto out;
+            }
+        }
     rc = 0;
 out:
     free(names);

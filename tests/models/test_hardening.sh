@@ -109,6 +109,20 @@ out=$("$BIN" inspect "$W/hs" 2>&1); rc=$?
 [ $rc -ne 0 ] && printf '%s' "$out" | grep -q "the data section holds .* but the tensors end at" &&
   pass header_length_one_short_refused || fail header_length_one_short_refused "rc $rc: $(printf '%s' "$out" | tail -3)"
 
+# a tensor a shard holds but the index does not list: the reference loader
+# never reads it, so it is refused, not used
+rm -rf "$W/ix"; cp -r "$W/q" "$W/ix"
+$PY - "$W/ix/model.safetensors.index.json" <<'P'
+import json, sys
+p = sys.argv[1]
+j = json.load(open(p))
+del j["weight_map"]["model.layers.0.input_layernorm.weight"]
+json.dump(j, open(p, "w"))
+P
+out=$("$BIN" inspect "$W/ix" 2>&1); rc=$?
+[ $rc -ne 0 ] && printf '%s' "$out" | grep -q '"model.layers.0.input_layernorm.weight" is stored in .* but the weight_map does not list it' &&
+  pass unlisted_tensor_refused || fail unlisted_tensor_refused "rc $rc: $(printf '%s' "$out" | tail -2)"
+
 # a FIFO or a device in place of a file: refused at once, never a hang or an
 # endless read (each command has 10 s; a hang is a failure, not a wait)
 fifo_case() { # NAME FILE-TO-REPLACE COMMAND...
