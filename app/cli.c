@@ -64,7 +64,7 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err)
     char *text = NULL;
     *ids = NULL;
     *n = 0;
-    if (ms_read_file(path, (size_t)256 << 20, &text, NULL, err))
+    if (ms_read_input(path, (size_t)256 << 20, &text, NULL, err))
         return -1;
     int64_t cap = 0;
     int rc = 0;

