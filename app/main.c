@@ -74,8 +74,15 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
         return usage(stdout);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* CMD --help / -h: that command's usage, on stdout */
+            for (int a = 2; a < argc; a++)
+                if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+                    printf("usage: moestream %s\n", commands[i].usage);
+                    return 0;
+                }
             return commands[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "moestream: unknown command \"%s\"\n", argv[1]);
     return usage(stderr);
 }

@@ -57,4 +57,17 @@ out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --precision fastest 2>&1)
 out=$("$BIN" bench "$FIX" --precision 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--precision needs a value" && pass bench_precision_needs_value || fail bench_precision_needs_value "rc=$rc $out"
 
+# CMD --help and CMD -h: that command's usage on stdout, status 0, for every
+# command `moestream help` lists
+cmds=$("$BIN" help | sed -n 's/^  moestream \([a-z]*\) .*/\1/p' | sort -u | grep -v '^version$')
+bad=""
+for c in $cmds; do
+  for h in --help -h; do
+    out=$("$BIN" "$c" "$h" 2>/dev/null); rc=$?
+    [ $rc -eq 0 ] && printf '%s' "$out" | grep -q "^usage: moestream $c" || bad="$bad $c$h(rc=$rc)"
+  done
+done
+[ -n "$cmds" ] && [ -z "$bad" ] && pass "every_command_has_help ($(echo $cmds | wc -w) commands)" ||
+  fail every_command_has_help "${bad:-no commands listed}"
+
 [ "$fails" -eq 0 ]
