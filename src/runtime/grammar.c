@@ -713,6 +713,21 @@ void ms_grammar_free(ms_grammar *g)
     free(g);
 }
 
+/* Ends a build: the grammar in *out, or the error (out of memory when the
+ * build said nothing) with the grammar freed. */
+static int build_end(build *b, ms_grammar **out, ms_error *err)
+{
+    json_decref(b->refs);
+    if (b->failed) {
+        if (!err->msg[0])
+            ms_err_set(err, MS_E_NOMEM, "out of memory building a grammar");
+        ms_grammar_free(b->g);
+        return -1;
+    }
+    *out = b->g;
+    return 0;
+}
+
 int ms_grammar_json(int n, const char *const *prefixes, const char *const *schemas,
                     const char *suffix, ms_grammar **out, ms_error *err)
 {
@@ -752,15 +767,7 @@ int ms_grammar_json(int n, const char *const *prefixes, const char *const *schem
         json_decref(doc);
         b.doc = NULL;
     }
-    json_decref(b.refs);
-    if (b.failed) {
-        if (!err->msg[0])
-            ms_err_set(err, MS_E_NOMEM, "out of memory building a grammar");
-        ms_grammar_free(g);
-        return -1;
-    }
-    *out = g;
-    return 0;
+    return build_end(&b, out, err);
 }
 
 /* ---- Qwen3-Coder's XML calls ----------------------------------------------------------- */
@@ -867,15 +874,7 @@ int ms_grammar_xml_calls(int n, const char *const *names, const char *const *sch
         json_decref(doc);
         b.doc = NULL;
     }
-    json_decref(b.refs);
-    if (b.failed) {
-        if (!err->msg[0])
-            ms_err_set(err, MS_E_NOMEM, "out of memory building a grammar");
-        ms_grammar_free(g);
-        return -1;
-    }
-    *out = g;
-    return 0;
+    return build_end(&b, out, err);
 }
 
 /* ---- parse stacks -------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <wctype.h>
 
 #include "runtime/jinja_internal.h"
+#include "runtime/tokenizer.h"
 
 /* ---- the region ---------------------------------------------------------------------- */
 
@@ -220,27 +221,13 @@ jv jb_take(jctx *x, jbuf *b)
 
 size_t ju_next(const char *s, size_t n, uint32_t *cp)
 {
-    const uint8_t *u = (const uint8_t *)s;
     if (n == 0)
         return 0;
-    if (u[0] < 0x80) {
-        *cp = u[0];
-        return 1;
-    }
-    size_t k = u[0] >= 0xf0 ? 4 : u[0] >= 0xe0 ? 3 : u[0] >= 0xc0 ? 2 : 0;
-    if (k == 0 || k > n) {
+    size_t k = ms_utf8_next((const uint8_t *)s, n, cp);
+    if (k == 0) { /* an ill-formed byte counts as one U+FFFD */
         *cp = 0xfffd;
         return 1;
     }
-    uint32_t c = u[0] & (0x7f >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((u[i] & 0xc0) != 0x80) {
-            *cp = 0xfffd;
-            return 1;
-        }
-        c = c << 6 | (u[i] & 0x3f);
-    }
-    *cp = c;
     return k;
 }
 
