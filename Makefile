@@ -14,7 +14,7 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -D_GNU_SOURCE -fno-fast-math \
            -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
 LDFLAGS := $(SAN)
-LDLIBS  := -ljansson -luring -lpcre2-8 -lmicrohttpd -lm -lpthread
+LDLIBS  := -ljansson -luring -lpcre2-8 -lmicrohttpd -lmvec -lm -lpthread
 
 # Per-file ISA flags: only these files may contain intrinsics.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c

@@ -44,10 +44,19 @@ enum ms_placement {
     MS_PLACE_CACHE,      /* engine-owned expert cache within a byte budget */
 };
 
+/* Format of the KV cache. F32 is the reference; BF16 halves its bytes
+ * (what the upstream models run with in practice); FP8 (e4m3 with a scale
+ * per head) quarters them, for the longest contexts. AUTO: f32 while the
+ * context fits the KV budget (an eighth of the memory available), else
+ * bf16, said once on stderr. */
+enum ms_kv_format { MS_KVCACHE_AUTO = 0, MS_KVCACHE_F32, MS_KVCACHE_BF16, MS_KVCACHE_FP8 };
+
 /* Engine options. Zero-initialise, then set what you need. */
 typedef struct ms_engine_opts {
     int n_threads;       /* compute threads, 1..64 (process-wide); 0 = the CPUs we may run on */
-    int64_t ctx;         /* default context for sessions; 0 = from config, capped */
+    int64_t ctx;         /* default context for sessions; 0 = the config's maximum,
+                          * capped by the KV budget */
+    int kv_format;       /* enum ms_kv_format of sessions' caches */
     int quiet;           /* no progress lines on stderr */
     int placement;       /* enum ms_placement */
     int64_t ram;         /* expert cache budget in bytes; 0 = derived from memory */
@@ -74,6 +83,8 @@ typedef struct ms_model_info {
     const char *family;       /* model_type, e.g. "gpt_oss" */
     int32_t vocab_size;
     int64_t max_ctx;          /* max_position_embeddings from config */
+    int64_t ctx;              /* sessions' default context */
+    const char *kv_format;    /* their KV cache format: "f32", "bf16" or "fp8" */
     int32_t n_stop;
     const int32_t *stop_ids;  /* eos ids from generation_config/config */
     int32_t bos_id;           /* -1 when none */
@@ -89,6 +100,7 @@ int ms_engine_threads(const ms_engine *eng);
 /* Session options. Zero-initialise. */
 typedef struct ms_session_opts {
     int64_t ctx;           /* KV capacity in tokens; 0 = engine default */
+    int kv_format;         /* enum ms_kv_format; AUTO = the engine's */
     const char *dump_dir;  /* write named intermediates here (tests); NULL = off */
 } ms_session_opts;
 

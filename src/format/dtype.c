@@ -91,3 +91,19 @@ uint16_t ms_f32_to_bf16(float f)
     u += 0x7FFFu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
+
+uint8_t ms_f32_to_e4m3(float f)
+{
+    if (f != f)
+        return 0x7F;
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    if (a >= 448.0f)
+        return sign | 0x7E;
+    if (a < 0.015625f) /* below 2^-6: subnormal steps of 2^-9, code = steps (8 = 2^-6) */
+        return sign | (uint8_t)nearbyintf(a * 512.0f);
+    uint32_t u;
+    memcpy(&u, &a, 4);
+    u += 0x7FFFFu + ((u >> 20) & 1u); /* round the mantissa to 3 bits, carry into the exponent */
+    return sign | (uint8_t)((u >> 20) - ((127u - 7u) << 3));
+}

@@ -62,4 +62,7 @@ float ms_e8m0_to_f32(uint8_t s);
 /* Round-to-nearest-even float -> bf16 (used by writers and tests). */
 uint16_t ms_f32_to_bf16(float f);
 
+/* Round-to-nearest-even float -> e4m3fn, saturating at +-448; NaN -> NaN. */
+uint8_t ms_f32_to_e4m3(float f);
+
 #endif

@@ -73,6 +73,35 @@ typedef struct ms_mat {
 typedef void (*ms_rows_fn)(const ms_mat *w, const float *X, int n, int64_t ldx,
                            float *Y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Formats of the KV cache (models/kvcache.h): float32, bf16 (round to
+ * nearest even), and OCP e4m3fn with one float scale per `group` elements
+ * (amax / 448). */
+typedef enum ms_kvfmt { MS_KV_F32 = 0, MS_KV_BF16, MS_KV_FP8, MS_KV_COUNT } ms_kvfmt;
+
+/* Keys per chunk of attention: the unit of one online-softmax step. */
+#define MS_ATTN_CHUNK 64
+
+/* One online-softmax step of attention (flash attention's inner loop): nq
+ * queries against the n (<= MS_ATTN_CHUNK) float32 keys and values of a
+ * chunk. Query i sees keys [lo[i], hi[i]) (0 <= lo < hi <= n) and updates
+ * its state st[i] = (m, l, acc[dv]), empty when m = -inf, l = 0, acc = 0:
+ *   s_p = scale * (q_i . k_p)           over dk
+ *   m'  = max(m_i, max_p s_p),  a = exp(m_i - m')
+ *   l_i = a * l_i + sum_p exp(s_p - m')
+ *   acc = a * acc + sum_p exp(s_p - m') * v_p   over dv, p ascending
+ * A query's new state depends only on its own q, range and state and on
+ * the keys: never on nq, the other queries or the caller's split. */
+typedef struct ms_attn_step {
+    int nq, n, dk, dv;
+    float scale;
+    const float *k, *v;        /* key p at k + p * ldk, value p at v + p * ldv */
+    int64_t ldk, ldv;
+    const float *const *q;     /* [nq] */
+    const int *lo, *hi;        /* [nq] */
+    float *const *st;          /* [nq]: m, l, then acc (dv floats) */
+    float *s;                  /* scratch: MS_ATTN_CHUNK + 64 floats */
+} ms_attn_step;
+
 typedef struct ms_kernel_ops {
     const char *name;                 /* "scalar", "avx2", "avx512" */
     ms_rows_fn rows[MS_WFMT_COUNT];
@@ -82,6 +111,11 @@ typedef struct ms_kernel_ops {
      * ISA loads and returns a checksum: the read stream that bandwidth
      * floors are measured with (ms_read_stream). */
     uint64_t (*stream)(const void *p, int64_t bytes);
+    void (*attn)(const ms_attn_step *a);
+    /* dst[0..n) = n KV-cache elements of format fmt at src, widened exactly;
+     * FP8: times scale[i / group] (src on a group boundary). */
+    void (*widen)(ms_kvfmt fmt, const void *src, const float *scale, int group, int64_t n,
+                  float *dst);
 } ms_kernel_ops;
 
 /* Op tables compiled into this binary; NULL when the CPU cannot run it. */

@@ -8,6 +8,8 @@
  * for baseline x86-64 in ISO C mode, so a*b + c is never contracted to an
  * FMA. Determinism holds trivially: a (token, row) is computed the same way
  * whatever the batch or row range. */
+#include <math.h>
+
 #include "kernels/internal.h"
 
 typedef float (*row_dot_fn)(const ms_mat *w, int64_t r, const float *x);
@@ -117,6 +119,41 @@ static uint64_t stream_ref(const void *p, int64_t bytes)
     return a ^ b ^ c ^ d;
 }
 
+/* The step of ms_attn_step, one query at a time, every sum in key order. */
+static void attn_ref(const ms_attn_step *a)
+{
+    for (int i = 0; i < a->nq; i++) {
+        const float *q = a->q[i];
+        float *s = a->s, *st = a->st[i], *acc = st + 2, mc = -INFINITY;
+        for (int p = a->lo[i]; p < a->hi[i]; p++) {
+            s[p] = dot_ref(q, a->k + p * a->ldk, a->dk) * a->scale;
+            mc = s[p] > mc ? s[p] : mc;
+        }
+        float m = st[0] > mc ? st[0] : mc;
+        float alpha = expf(st[0] - m), sum = 0.0f;
+        for (int p = a->lo[i]; p < a->hi[i]; p++) {
+            s[p] = expf(s[p] - m);
+            sum += s[p];
+        }
+        st[1] = alpha * st[1] + sum;
+        st[0] = m;
+        for (int d = 0; d < a->dv; d++)
+            acc[d] *= alpha;
+        for (int p = a->lo[i]; p < a->hi[i]; p++)
+            axpy_ref(s[p], a->v + p * a->ldv, acc, a->dv);
+    }
+}
+
+static void widen_ref(ms_kvfmt fmt, const void *src, const float *scale, int group, int64_t n,
+                      float *dst)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = fmt == MS_KV_F32    ? ms_load_f32(src, i)
+                 : fmt == MS_KV_BF16 ? ms_bf16_to_f32(ms_load_u16(src, i))
+                                     : ms_e4m3_to_f32(b[i]) * scale[i / group];
+}
+
 static const ms_kernel_ops scalar_ops = {
     .name = "scalar",
     .rows = {
@@ -129,6 +166,8 @@ static const ms_kernel_ops scalar_ops = {
     .dot = dot_ref,
     .axpy = axpy_ref,
     .stream = stream_ref,
+    .attn = attn_ref,
+    .widen = widen_ref,
 };
 
 const ms_kernel_ops *ms_kernels_scalar(void)

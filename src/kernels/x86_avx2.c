@@ -137,6 +137,55 @@ X_ROWS(bf16, MS_WFMT_BF16)
 X_ROWS(f16, MS_WFMT_F16)
 X_ROWS(fp8, MS_WFMT_FP8_BLOCK)
 
+/* ---- attention (x86_attn.h) ---------------------------------------------- */
+__m256 _ZGVdN8v_expf(__m256 x); /* glibc libmvec */
+
+AI __m256 lanes_in(int lo, int hi)
+{
+    __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i ge = _mm256_cmpgt_epi32(i, _mm256_set1_epi32(lo - 1));
+    __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i);
+    return _mm256_castsi256_ps(_mm256_and_si256(ge, lt));
+}
+AI __m256 xv_mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+AI __m256 xv_sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+AI __m256 xv_max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+AI void xv_storeu(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
+AI void xv_store_below(float *p, int k, __m256 v)
+{
+    _mm256_maskstore_ps(p, _mm256_castps_si256(lanes_in(0, k)), v);
+}
+AI __m256 xv_keep(__m256 v, int lo, int hi, float fill)
+{
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), v, lanes_in(lo, hi));
+}
+AI float xv_hmax(__m256 v)
+{
+    __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_max_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+AI __m256 xv_exp(__m256 v) { return _ZGVdN8v_expf(v); }
+
+/* lane j = the 8 lanes of v[j] summed: pairs within 128-bit halves, then
+ * the halves, each step a fixed tree */
+AI __m256 xv_sum_lanes(const __m256 *v)
+{
+    __m256 t[4], u[2];
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                             _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++)
+        u[k] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20),
+                         _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+#define X_FP8_UNIT 256.0f
+
+#include "kernels/x86_attn.h"
+
 
 /* ---- MXFP4 in lane order ---------------------------------------------------
  * As in x86_avx512.c, at half the width: a 32-byte load is 64 columns,
@@ -311,6 +360,8 @@ static const ms_kernel_ops avx2_ops = {
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .stream = stream_avx2,
+    .attn = attn_x,
+    .widen = widen_x,
 };
 
 const ms_kernel_ops *ms_kernels_avx2(void)

@@ -141,6 +141,49 @@ X_ROWS(bf16, MS_WFMT_BF16)
 X_ROWS(f16, MS_WFMT_F16)
 X_ROWS(fp8, MS_WFMT_FP8_BLOCK)
 
+/* ---- attention (x86_attn.h) ---------------------------------------------- */
+__m512 _ZGVeN16v_expf(__m512 x); /* glibc libmvec */
+
+AI __mmask16 lanes_in(int lo, int hi)
+{
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+AI __m512 xv_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+AI __m512 xv_sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+AI __m512 xv_max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+AI void xv_storeu(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
+AI void xv_store_below(float *p, int k, __m512 v) { _mm512_mask_storeu_ps(p, lanes_in(0, k), v); }
+AI __m512 xv_keep(__m512 v, int lo, int hi, float fill)
+{
+    return _mm512_mask_mov_ps(_mm512_set1_ps(fill), lanes_in(lo, hi), v);
+}
+AI float xv_hmax(__m512 v) { return _mm512_reduce_max_ps(v); }
+AI __m512 xv_exp(__m512 v) { return _ZGVeN16v_expf(v); }
+
+/* lane j = the 16 lanes of v[j] summed: pairs within 128-bit blocks, then
+ * blocks, each step a fixed tree */
+AI __m512 xv_sum_lanes(const __m512 *v)
+{
+    __m512 t[8], u[4];
+    for (int k = 0; k < 8; k++)
+        t[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                             _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+#define X_FP8_UNIT 256.0f
+
+#include "kernels/x86_attn.h"
+
 /* ---- MXFP4 in lane order ------------------------------------------------
  * A 64-byte load holds 128 columns (four groups of 32): dword lane i holds
  * columns 8i..8i+7, column 8i+j in bits 4j..4j+3. Shifting the whole
@@ -349,6 +392,8 @@ static const ms_kernel_ops avx512_ops = {
     .dot = dot_avx512,
     .axpy = axpy_avx512,
     .stream = stream_avx512,
+    .attn = attn_x,
+    .widen = widen_x,
 };
 
 const ms_kernel_ops *ms_kernels_avx512(void)

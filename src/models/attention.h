@@ -34,11 +34,11 @@ static inline int64_t ms_gqa_kv_row(const ms_gqa *a)
 /* Scratch floats ms_gqa_forward needs for n positions. */
 int64_t ms_gqa_scratch(const ms_gqa *a, int64_t n);
 
-/* Attention over n positions f->pos0.. with x = normed input [n][d_model];
- * writes their K/V into kv and the projected output (o_proj + bias, no
- * residual) into out [n][d_model]. Positions are processed in order, each
- * written before it attends, so a ring buffer of `window` slots suffices. */
-void ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, int layer, const float *x,
-                    float *out, float *scratch);
+/* Attention over the rows of f with x = normed input [n][d_model]: writes
+ * their K/V into the caches and the projected output (o_proj + bias, no
+ * residual) into out [n][d_model]. -1 with err when attention's scratch
+ * cannot be had. */
+int ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, int layer, const float *x, float *out,
+                   float *scratch, ms_err *err);
 
 #endif

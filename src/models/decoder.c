@@ -129,10 +129,9 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         t1 = ms_now();
         tm->other += t1 - t0;
         ms_rmsnorm(dec->x, L->attn_norm, dec->eps, n, d, dec->xn);
-        if (L->use_mla)
-            ms_mla_forward(&L->mla, f, l, dec->xn, dec->tmp, dec->work);
-        else
-            ms_gqa_forward(&L->attn, f, l, dec->xn, dec->tmp, dec->work);
+        if (L->use_mla ? ms_mla_forward(&L->mla, f, l, dec->xn, dec->tmp, dec->work, err)
+                       : ms_gqa_forward(&L->attn, f, l, dec->xn, dec->tmp, dec->work, err))
+            return -1;
         ms_add(dec->x, dec->tmp, n * d);
         ms_trace_f32(f->trace, dec->x, n, d, "L%d.attn_out", l);
         t0 = ms_now();

@@ -150,6 +150,7 @@ static void describe_layer(deepseek_v3 *m, int l)
     L->shared = (ms_mlp){.d_model = m->d, .d_ff = m->n_shared * m->d_ff_expert};
     L->mlp = (ms_mlp){.d_model = m->d, .d_ff = m->d_ff};
     m->base.kv_row[l] = ms_mla_kv_row(a);
+    m->base.kv_group[l] = ms_mla_kv_group(a);
 }
 
 static void bind_layer(deepseek_v3 *m, ms_binder *b, int l)

@@ -20,19 +20,17 @@
 #include "weights/bind.h"
 #include "weights/experts.h"
 
-/* One layer's KV cache, owned by the session: cap positions of row floats,
- * position p at slot p % cap (cap < context only for sliding-window layers,
- * where cap >= window). */
-typedef struct ms_kv {
-    float *data;      /* [cap][row] */
-    int64_t cap;
-    int64_t row;
-} ms_kv;
+#include "models/kvcache.h"
 
-static inline float *ms_kv_at(const ms_kv *kv, int64_t pos)
-{
-    return kv->data + (pos % kv->cap) * kv->row;
-}
+/* Scratch owned by the caller of a forward call, grown on demand by the
+ * layers that need it (attention's per-worker tiles and partial states). */
+typedef struct ms_scratch {
+    float *p;
+    int64_t n; /* floats */
+} ms_scratch;
+
+/* At least n floats of s (the old contents are not kept); NULL with err. */
+float *ms_scratch_get(ms_scratch *s, int64_t n, ms_err *err);
 
 typedef struct ms_timers {
     double attn, experts, head, other;   /* seconds */
@@ -50,8 +48,7 @@ typedef struct ms_fwd {
     const int *seq;           /* [n] */
     const int64_t *pos;       /* [n] */
     ms_kv *const *kvs;        /* [n_seq][n_layers] */
-    float *scores;            /* attention scratch: [ms_pool_threads()][ctx] */
-    int64_t ctx;              /* positions the session can hold */
+    ms_scratch *scratch;      /* attention's work area */
     float *logits;            /* [n][vocab] when logits_all, else [vocab] (last row) */
     int logits_all;
     ms_trace *trace;          /* NULL unless dumping named intermediates */
@@ -82,7 +79,8 @@ typedef struct ms_model {
     int n_layers;
     int64_t d_model, vocab, max_ctx;
     int max_batch;
-    int64_t *kv_row;          /* [n_layers] floats per position */
+    int64_t *kv_row;          /* [n_layers] elements per position */
+    int *kv_group;            /* [n_layers] elements per FP8 scale (a head) */
     int64_t *kv_window;       /* [n_layers] 0 = full context, else window */
     ms_expert_store *experts; /* NULL for dense models */
     int prefetch;             /* decode: predict and prefetch the next layer's experts */

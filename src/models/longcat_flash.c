@@ -159,6 +159,7 @@ static void describe_layer(longcat *m, int l)
                       .top_k = m->top_k, .d_model = m->d, .d_ff = m->d_ff_expert,
                       .ffn = MS_FFN_SWIGLU};
     m->base.kv_row[l] = 2 * ms_mla_kv_row(&L->attn[0]);
+    m->base.kv_group[l] = ms_mla_kv_group(&L->attn[0]);
 }
 
 static void bind_layer(longcat *m, ms_binder *b, int l)
@@ -290,14 +291,16 @@ static void lc_describe(const ms_model *mb, FILE *out)
 }
 
 /* x += attention sub-block i of layer l (input norm, MLA). */
-static void attention(longcat *m, const ms_fwd *f, int l, int i)
+static int attention(longcat *m, const ms_fwd *f, int l, int i, ms_err *err)
 {
     lc_layer *L = &m->layers[l];
     int64_t n = f->n, d = m->d;
     ms_rmsnorm(m->x, L->in_norm[i], (float)m->eps, n, d, m->xn);
-    ms_mla_forward(&L->attn[i], f, l, m->xn, m->tmp, m->work);
+    if (ms_mla_forward(&L->attn[i], f, l, m->xn, m->tmp, m->work, err))
+        return -1;
     ms_add(m->x, m->tmp, n * d);
     ms_trace_f32(f->trace, m->x, n, d, "L%d.attn%d_out", l, i);
+    return 0;
 }
 
 /* x += dense MLP i of layer l on the normed state xn. */
@@ -317,7 +320,8 @@ static int layer(longcat *m, const ms_fwd *f, int l, ms_err *err)
     ms_timers *tm = f->timers;
     double t0 = ms_now(), t1;
 
-    attention(m, f, l, 0);
+    if (attention(m, f, l, 0, err))
+        return -1;
     t1 = ms_now();
     tm->attn += t1 - t0;
     /* h: sub-block 0's post-attention-normed state, the input of both its
@@ -335,7 +339,8 @@ static int layer(longcat *m, const ms_fwd *f, int l, ms_err *err)
     t0 = ms_now();
     tm->experts += t0 - t1;
 
-    attention(m, f, l, 1);
+    if (attention(m, f, l, 1, err))
+        return -1;
     t1 = ms_now();
     tm->attn += t1 - t0;
     /* the shortcut MoE depends only on h and the routing above, never on

@@ -7,6 +7,7 @@
 
 #include "base/json.h"
 #include "base/pool.h"
+#include "models/attend.h"
 #include "models/ops.h"
 
 void ms_mla_bind(ms_mla *a, ms_binder *b, const char *prefix, int with_bias)
@@ -186,49 +187,6 @@ static void absorb_q(const ms_mla *a, const float *q, int64_t n, float *qp, floa
     ms_pool_run(H, head_rows_task, &j);
 }
 
-/* One head's query against positions 0..pos: softmax of the scaled scores,
- * then the weighted sum of the cached latents. */
-static void attend(const ms_mla *a, const ms_kv *kv, const float *qc, int64_t pos, float *sc,
-                   float *o)
-{
-    const ms_kernel_ops *k = ms_kernels();
-    int64_t row = ms_mla_kv_row(a);
-    float m = -INFINITY;
-    for (int64_t p = 0; p <= pos; p++) {
-        float s = k->dot(qc, ms_kv_at(kv, p) + a->kv_off, row) * a->scale;
-        sc[p] = s;
-        m = s > m ? s : m;
-    }
-    double den = 0.0;
-    for (int64_t p = 0; p <= pos; p++) {
-        sc[p] = expf(sc[p] - m);
-        den += sc[p];
-    }
-    float inv = (float)(1.0 / den);
-    memset(o, 0, (size_t)a->kv_lora * 4);
-    for (int64_t p = 0; p <= pos; p++)
-        k->axpy(sc[p] * inv, ms_kv_at(kv, p) + a->kv_off, o, a->kv_lora);
-}
-
-/* Every (position, head) query of a forward call, one task each: the cache
- * already holds all n positions, and each attends only up to its own. */
-typedef struct attend_job {
-    const ms_mla *a;
-    const ms_fwd *f;
-    int layer;
-    const float *qcat; /* [n][H][row] */
-    float *olat;       /* [n][H][kv_lora] */
-} attend_job;
-
-static void attend_task(void *ctx, int64_t i, int worker)
-{
-    const attend_job *j = ctx;
-    const ms_mla *a = j->a;
-    int64_t t = i / a->n_heads;
-    attend(a, ms_fwd_kv(j->f, j->layer, t), j->qcat + i * ms_mla_kv_row(a), ms_fwd_pos(j->f, t),
-           j->f->scores + (int64_t)worker * j->f->ctx, j->olat + i * a->kv_lora);
-}
-
 /* vout[t][h] = W_UV_h olat[t][h]: the v rows of kv_b, heads in parallel. */
 static void absorb_out(const ms_mla *a, const float *olat, int64_t n, float *kvb, float *vout)
 {
@@ -242,8 +200,8 @@ static void absorb_out(const ms_mla *a, const float *olat, int64_t n, float *kvb
                    (size_t)a->v * 4);
 }
 
-void ms_mla_forward(const ms_mla *a, const ms_fwd *f, int layer, const float *x, float *out,
-                    float *scratch)
+int ms_mla_forward(const ms_mla *a, const ms_fwd *f, int layer, const float *x, float *out,
+                   float *scratch, ms_err *err)
 {
     int64_t n = f->n, H = a->n_heads, kvl = a->kv_lora, row = ms_mla_kv_row(a);
     int64_t qk = (int64_t)a->nope + a->rope, P = a->uk_pad_max + a->nope;
@@ -270,15 +228,20 @@ void ms_mla_forward(const ms_mla *a, const ms_fwd *f, int layer, const float *x,
         ms_rope_table(a->rope_tab, pos, cs);
         ms_rope_apply(a->rope_tab, cs, q + t * H * qk + a->nope, (int)H, qk);
         ms_rope_apply(a->rope_tab, cs, c + kvl, 1, row);
-        memcpy(ms_kv_at(ms_fwd_kv(f, layer, t), pos) + a->kv_off, c, (size_t)row * 4);
+        ms_kv_write(ms_fwd_kv(f, layer, t), pos, a->kv_off, c, row);
     }
     absorb_q(a, q, n, qp, qcat);
-    attend_job aj = {.a = a, .f = f, .layer = layer, .qcat = qcat, .olat = olat};
-    ms_pool_run(n * H, attend_task, &aj);
+    /* one KV "head" for all heads: the key is [latent | k_rope], the value
+     * the latent in front of it */
+    ms_attend at = {.n_heads = (int)H, .n_kv_heads = 1, .dk = (int)row, .dv = (int)kvl,
+                    .k_off = a->kv_off, .v_off = a->kv_off, .scale = a->scale};
+    if (ms_attend_rows(&at, f, layer, qcat, row, olat, kvl, err))
+        return -1;
     absorb_out(a, olat, n, kvb, vout);
     ms_matmul(&a->wo, vout, (int)n, out);
     if (a->bo)
         ms_add_bias(out, a->bo, n, a->d_model);
+    return 0;
 }
 
 int ms_mla_read_rope(const json_t *c, int dim, int interleaved, ms_rope *rope,

@@ -66,6 +66,19 @@ static inline int64_t ms_mla_kv_row(const ms_mla *a)
     return (int64_t)a->kv_lora + a->rope;
 }
 
+/* Elements per FP8 scale of the cache row: a common divisor of the latent
+ * and k_rope, so that no scale spans both. */
+static inline int ms_mla_kv_group(const ms_mla *a)
+{
+    int x = a->kv_lora, y = a->rope;
+    while (y) {
+        int t = x % y;
+        x = y;
+        y = t;
+    }
+    return x > 64 && x % 64 == 0 ? 64 : x;
+}
+
 /* Binds the block's tensors "<prefix>.q_a_proj" ... "<prefix>.o_proj" (the
  * same names in both families) as dense weights; with_bias binds the
  * attention_bias vectors. Problems are recorded in b. */
@@ -78,12 +91,12 @@ int ms_mla_prepare(ms_mla *a, ms_arena *arena, ms_err *err);
 /* Scratch floats ms_mla_forward needs for n positions. */
 int64_t ms_mla_scratch(const ms_mla *a, int64_t n);
 
-/* Attention over n positions f->pos0.. with x = normed input [n][d_model]:
- * writes their [c | k_rope] into kv (at kv_off of each row) and the
- * projected output (o_proj, no residual) into out [n][d_model]. Positions
- * are processed in order, each written before it attends. */
-void ms_mla_forward(const ms_mla *a, const ms_fwd *f, int layer, const float *x, float *out,
-                    float *scratch);
+/* Attention over the rows of f with x = normed input [n][d_model]: writes
+ * their [c | k_rope] into the caches (at kv_off of each row) and the
+ * projected output (o_proj, no residual) into out [n][d_model]. -1 with
+ * err when attention's scratch cannot be had. */
+int ms_mla_forward(const ms_mla *a, const ms_fwd *f, int layer, const float *x, float *out,
+                   float *scratch, ms_err *err);
 
 /* The rotary settings of an MLA model, read by ms_mla_read_rope. */
 typedef struct ms_mla_rope_cfg {

@@ -45,7 +45,8 @@ void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *er
     m->n_layers = n_layers;
     m->kv_row = ms_calloc((size_t)n_layers, sizeof *m->kv_row, "kv table", err);
     m->kv_window = ms_calloc((size_t)n_layers, sizeof *m->kv_window, "kv table", err);
-    if (!m->kv_row || !m->kv_window) {
+    m->kv_group = ms_calloc((size_t)n_layers, sizeof *m->kv_group, "kv table", err);
+    if (!m->kv_row || !m->kv_window || !m->kv_group) {
         ms_model_free(m);
         return NULL;
     }
@@ -82,5 +83,6 @@ void ms_model_free(ms_model *m)
     ms_arena_free(&m->arena);
     free(m->kv_row);
     free(m->kv_window);
+    free(m->kv_group);
     free(m);
 }

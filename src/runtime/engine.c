@@ -10,33 +10,47 @@
 #include "base/sysmem.h"
 #include "runtime/engine.h"
 
-static int64_t kv_bytes_per_token(const ms_model *m)
+int64_t ms_kv_bytes_per_token(const ms_model *m, ms_kvfmt f)
 {
     int64_t b = 0;
     for (int l = 0; l < m->n_layers; l++)
         if (!m->kv_window[l])
-            b += m->kv_row[l] * 4;
+            b += ms_kv_bytes_per_pos(f, m->kv_row[l], m->kv_group[l]);
     return b;
 }
 
-/* Default context: the config's maximum up to 8k tokens, capped so that the
- * full-attention KV cache fits in an eighth of the memory available now. */
-static int64_t default_ctx(const ms_model *m, int quiet)
+/* The default context and KV format. Asked for nothing, a session gets the
+ * config's maximum context in f32 when that fits the KV budget (an eighth
+ * of the memory available now, so that weights and experts keep the rest),
+ * else in bf16, else the longest bf16 context that fits; what was reduced
+ * is said once. An explicit --ctx is kept (place_experts refuses what
+ * cannot fit at all) and gets f32 when it fits the budget, else bf16. */
+static void choose_context(ms_engine *eng, const ms_engine_opts *o)
 {
-    int64_t per = kv_bytes_per_token(m), ctx = m->max_ctx < 8192 ? m->max_ctx : 8192;
-    uint64_t avail = ms_mem_available();
-    if (per > 0 && avail) {
-        int64_t cap = (int64_t)(avail / 8 / (uint64_t)per);
-        cap = cap < 256 ? 256 : cap;
-        if (cap < ctx) {
-            if (!quiet)
-                fprintf(stderr, "moestream: context capped to %lld tokens by memory "
-                        "(KV cache %.1f KB/token, %.1f GB available); --ctx overrides\n",
-                        (long long)cap, (double)per / 1024, (double)avail / 1e9);
-            ctx = cap;
-        }
+    const ms_model *m = eng->model;
+    uint64_t avail = ms_mem_available(), budget = avail / 8;
+    int64_t ctx = o->ctx > 0 ? o->ctx : m->max_ctx;
+    int64_t p32 = ms_kv_bytes_per_token(m, MS_KV_F32);
+    ms_kvfmt f = o->kv_format > 0 ? (ms_kvfmt)(o->kv_format - 1) : MS_KV_F32;
+    const char *why = NULL;
+    if (o->kv_format <= 0 && avail && (uint64_t)(p32 * ctx) > budget) {
+        f = MS_KV_BF16;
+        why = "f32 would not fit";
     }
-    return ctx;
+    int64_t per = ms_kv_bytes_per_token(m, f);
+    if (o->ctx <= 0 && avail && per > 0 && (uint64_t)(per * ctx) > budget) {
+        ctx = (int64_t)(budget / (uint64_t)per) / MS_ATTN_CHUNK * MS_ATTN_CHUNK;
+        ctx = ctx < 256 ? 256 : ctx;
+        why = "the model's maximum would not fit";
+    }
+    eng->default_ctx = ctx;
+    eng->kv_fmt = f;
+    if (why && !o->quiet)
+        fprintf(stderr, "moestream: context %lld tokens (model maximum %lld), KV cache %s, "
+                "%.2f GB (%s in the KV budget of %.2f GB, an eighth of the %.1f GB available; "
+                "f32 takes %.1f KB/token); --ctx and --kv override\n", (long long)ctx,
+                (long long)m->max_ctx, ms_kvfmt_name(f), (double)(per * ctx) / 1e9, why,
+                (double)budget / 1e9, (double)avail / 1e9, (double)p32 / 1024);
 }
 
 int ms_engine_read_special_ids(ms_engine *eng, ms_err *err)
@@ -121,7 +135,7 @@ static void pin_dense(ms_engine *eng, int quiet)
 static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
 {
     ms_model *m = eng->model;
-    uint64_t kv = (uint64_t)(kv_bytes_per_token(m) * eng->default_ctx);
+    uint64_t kv = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * eng->default_ctx);
     uint64_t avail = ms_mem_available(), reserve = (256ull << 20) + avail / 20;
     /* what cannot fit is refused here, with the numbers, before anything
      * big is allocated (an OOM kill names nothing) */
@@ -210,7 +224,14 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
     eng->info.family = eng->family->model_type;
     eng->info.vocab_size = (int32_t)eng->model->vocab;
     eng->info.max_ctx = eng->model->max_ctx;
-    eng->default_ctx = opts->ctx > 0 ? opts->ctx : default_ctx(eng->model, opts->quiet);
+    if (opts->kv_format < 0 || opts->kv_format > MS_KVCACHE_FP8) {
+        ms_engine_close(eng);
+        return ms_err_set(err, MS_E_ARG, "KV cache format %d is not one of enum ms_kv_format",
+                          opts->kv_format);
+    }
+    choose_context(eng, opts);
+    eng->info.ctx = eng->default_ctx;
+    eng->info.kv_format = ms_kvfmt_name(eng->kv_fmt);
     if (place_experts(eng, opts, err)) {
         ms_engine_close(eng);
         return -1;

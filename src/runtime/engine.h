@@ -19,6 +19,7 @@ struct ms_engine {
     ms_model_info info;
     int32_t stop_ids[MS_MAX_STOP];
     int64_t default_ctx;
+    ms_kvfmt kv_fmt;         /* sessions' default KV cache format */
     int n_threads;
     uint64_t dense_bytes;    /* resident weights, embeddings included */
     uint64_t embed_bytes;    /* of which embeddings (one row per token: not pinned) */
@@ -31,6 +32,10 @@ struct ms_engine {
 
 /* The engine behind a session (the session struct is private to session.c). */
 const ms_engine *ms_session_engine(const ms_session *s);
+
+/* KV cache bytes per position of the full-attention layers in format f
+ * (sliding-window layers keep a fixed ring). */
+int64_t ms_kv_bytes_per_token(const ms_model *m, ms_kvfmt f);
 
 /* Reads the stop/bos ids from generation_config.json (else config.json). */
 int ms_engine_read_special_ids(ms_engine *eng, ms_err *err);

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/pool.h"
 #include "models/ops.h"
 #include "runtime/engine.h"
 
@@ -12,8 +11,8 @@ struct ms_session {
     ms_engine *eng;
     int64_t ctx, pos;
     ms_kv *kv;             /* [n_layers] */
-    float *scores;         /* [n_scores][ctx] */
-    int n_scores;          /* compute threads the attention scratch is sized for */
+    ms_kvfmt kv_fmt;
+    ms_scratch scratch;    /* attention's work area, grown on demand */
     float *logits;         /* [vocab]: last evaluated row */
     int have_logits;
     ms_timers timers;
@@ -22,6 +21,9 @@ struct ms_session {
     int32_t *hist;         /* [ctx]: the token at each cached position */
 };
 
+/* Ring capacities are multiples of the attention chunk, so that an aligned
+ * chunk of positions is contiguous; a sliding layer's ring holds its window,
+ * a whole prefill block and the rewind slack. */
 static int alloc_kv(ms_session *s, ms_err *err)
 {
     const ms_model *m = s->eng->model;
@@ -30,12 +32,10 @@ static int alloc_kv(ms_session *s, ms_err *err)
         return -1;
     for (int l = 0; l < m->n_layers; l++) {
         int64_t cap = s->ctx, w = m->kv_window[l];
-        if (w && w + MS_REWIND_SLACK < cap)
-            cap = w + MS_REWIND_SLACK;
-        s->kv[l].cap = cap;
-        s->kv[l].row = m->kv_row[l];
-        s->kv[l].data = ms_calloc((size_t)(cap * m->kv_row[l]), 4, "KV cache", err);
-        if (!s->kv[l].data)
+        if (w && w + MS_REWIND_SLACK + m->max_batch < cap)
+            cap = w + MS_REWIND_SLACK + m->max_batch;
+        cap = (cap + MS_ATTN_CHUNK - 1) / MS_ATTN_CHUNK * MS_ATTN_CHUNK;
+        if (ms_kv_alloc(&s->kv[l], s->kv_fmt, cap, m->kv_row[l], m->kv_group[l], err))
             return -1;
     }
     return 0;
@@ -57,9 +57,13 @@ int ms_session_open(ms_engine *eng, const ms_session_opts *opts, ms_session **ou
         free(s);
         return ms_err_set(err, MS_E_ARG, "context of %lld tokens is too small", (long long)ctx);
     }
-    s->n_scores = ms_pool_threads();
-    s->scores = ms_calloc((size_t)(s->n_scores * s->ctx), 4, "attention scratch", err);
-    s->logits = s->scores ? ms_calloc((size_t)eng->model->vocab, 4, "logits", err) : NULL;
+    if (opts->kv_format < 0 || opts->kv_format > MS_KVCACHE_FP8) {
+        free(s);
+        return ms_err_set(err, MS_E_ARG, "KV cache format %d is not one of enum ms_kv_format",
+                          opts->kv_format);
+    }
+    s->kv_fmt = opts->kv_format > 0 ? (ms_kvfmt)(opts->kv_format - 1) : eng->kv_fmt;
+    s->logits = ms_calloc((size_t)eng->model->vocab, 4, "logits", err);
     s->hist = s->logits ? ms_malloc(sizeof *s->hist * (size_t)s->ctx, "token history", err) : NULL;
     if (!s->hist || alloc_kv(s, err) || ms_trace_open(opts->dump_dir, &s->trace, err)) {
         ms_session_close(s);
@@ -75,10 +79,10 @@ void ms_session_close(ms_session *s)
         return;
     if (s->kv)
         for (int l = 0; l < s->eng->model->n_layers; l++)
-            free(s->kv[l].data);
+            ms_kv_free(&s->kv[l]);
     ms_trace_close(s->trace, NULL);
     free(s->kv);
-    free(s->scores);
+    free(s->scratch.p);
     free(s->logits);
     free(s->hist);
     free(s);
@@ -86,9 +90,9 @@ void ms_session_close(ms_session *s)
 
 int64_t ms_session_bytes(const ms_session *s)
 {
-    int64_t b = (int64_t)s->n_scores * s->ctx * 4 + s->eng->model->vocab * 4 + s->ctx * 4;
+    int64_t b = s->scratch.n * 4 + s->eng->model->vocab * 4 + s->ctx * 4;
     for (int l = 0; l < s->eng->model->n_layers; l++)
-        b += s->kv[l].cap * s->kv[l].row * 4;
+        b += s->kv[l].cap * ms_kv_bytes_per_pos(s->kv_fmt, s->kv[l].row, s->kv[l].group);
     return b;
 }
 
@@ -143,22 +147,6 @@ static int check_ids(const ms_session *s, const int32_t *ids, int64_t n, ms_err 
     return 0;
 }
 
-/* Enough attention scratch for the compute threads (another engine opened
- * since this session may have raised them). */
-static int ensure_scores(ms_session *s, ms_err *err)
-{
-    int nt = ms_pool_threads();
-    if (nt <= s->n_scores)
-        return 0;
-    float *sc = ms_calloc((size_t)(nt * s->ctx), 4, "attention scratch", err);
-    if (!sc)
-        return -1;
-    free(s->scores);
-    s->scores = sc;
-    s->n_scores = nt;
-    return 0;
-}
-
 int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
                     ms_error *err)
 {
@@ -166,16 +154,14 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
         return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 tokens)");
     if (check_ids(s, ids, n, err))
         return -1;
-    if (ensure_scores(s, err))
-        return -1;
     ms_model *m = s->eng->model;
     double t0 = ms_now();
     for (int64_t off = 0; off < n; off += m->max_batch) {
         int64_t nb = n - off < m->max_batch ? n - off : m->max_batch;
         int last = off + nb == n;
         ms_fwd f = {
-            .ids = ids + off, .n = nb, .pos0 = s->pos, .kv = s->kv, .scores = s->scores,
-            .ctx = s->ctx, .trace = s->trace, .timers = &s->timers,
+            .ids = ids + off, .n = nb, .pos0 = s->pos, .kv = s->kv, .scratch = &s->scratch,
+            .trace = s->trace, .timers = &s->timers,
             .logits = logits ? logits + off * m->vocab : last ? s->logits : NULL,
             .logits_all = logits != NULL,
         };
@@ -207,7 +193,6 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
     if (n > m->max_batch)
         return ms_err_set(err, MS_E_ARG, "%d sessions in one step, at most %d", n,
                           m->max_batch);
-    ms_session *big = ss[0]; /* its scratch rows are the longest */
     for (int i = 0; i < n; i++) {
         if (ss[i]->eng != eng)
             return ms_err_set(err, MS_E_ARG, "a batched step needs sessions of one engine");
@@ -216,10 +201,6 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
                 return ms_err_set(err, MS_E_ARG, "session %d appears twice in one step", i);
         if (check_ids(ss[i], ids + i, 1, err))
             return ms_err_wrap(err, "session %d", i);
-        if (ensure_scores(ss[i], err))
-            return -1;
-        if (ss[i]->ctx > big->ctx)
-            big = ss[i];
     }
     int *seq = ms_malloc(sizeof *seq * (size_t)n, "batch rows", err);
     int64_t *pos = ms_malloc(sizeof *pos * (size_t)n, "batch rows", err);
@@ -234,8 +215,8 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
         }
         double t0 = ms_now();
         ms_fwd f = {.ids = ids, .n = n, .n_seq = n > 1 ? n : 0, .seq = seq, .pos = pos,
-                    .kvs = kvs, .pos0 = ss[0]->pos, .kv = ss[0]->kv, .scores = big->scores,
-                    .ctx = big->ctx, .trace = ss[0]->trace, .timers = &ss[0]->timers,
+                    .kvs = kvs, .pos0 = ss[0]->pos, .kv = ss[0]->kv, .scratch = &ss[0]->scratch,
+                    .trace = ss[0]->trace, .timers = &ss[0]->timers,
                     .logits = logits, .logits_all = 1};
         rc = eng->family->forward(m, &f, err);
         double dt = ms_now() - t0;

@@ -1,0 +1,214 @@
+/* Attention over the KV cache: the work split and the merge of attend.h
+ * over the kernels' online-softmax step. */
+#include "models/attend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pool.h"
+
+enum {
+    ROW_BLOCK = 8,          /* rows of one sequence sharing a pass over a chunk */
+    MAX_HEADS = 16,         /* heads per work item */
+    PARTIAL_BUDGET = 4 << 20, /* floats of span states per pass (16 MB) */
+};
+
+float *ms_scratch_get(ms_scratch *s, int64_t n, ms_err *err)
+{
+    if (n <= s->n)
+        return s->p;
+    float *p = ms_malloc((size_t)n * sizeof *p, "attention scratch", err);
+    if (!p)
+        return NULL;
+    free(s->p);
+    s->p = p;
+    s->n = n;
+    return p;
+}
+
+/* One pass: rows [t0, t0 + nt) of the call, in blocks; items are (block,
+ * KV head, head group, span). */
+typedef struct pass {
+    const ms_attend *a;
+    const ms_fwd *f;
+    int layer;
+    const float *q;
+    int64_t ldq;
+    float *out;
+    int64_t ldo;
+    int64_t t0, nt;
+    int block, n_blocks;       /* rows per block */
+    int heads, n_groups;       /* heads per item, items per KV head */
+    int64_t n_spans;           /* spans a row of the pass may touch */
+    float *part;               /* [nt][n_heads][n_spans][2 + dv] */
+    float *work;               /* per worker: tiles and scores */
+    int64_t work_floats;
+} pass;
+
+static int64_t row_lo(const ms_attend *a, int64_t pos)
+{
+    return a->window && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+}
+
+static float *state(const pass *p, int64_t t, int h, int64_t s)
+{
+    int64_t st = 2 + p->a->dv;
+    return p->part + (((t - p->t0) * p->a->n_heads + h) * p->n_spans + s) * st;
+}
+
+/* The rows of block b: [*r0, *r1). In a batched step (several sequences)
+ * every row is its own block. */
+static void block_rows(const pass *p, int64_t b, int64_t *r0, int64_t *r1)
+{
+    *r0 = p->t0 + b * p->block;
+    *r1 = *r0 + p->block < p->t0 + p->nt ? *r0 + p->block : p->t0 + p->nt;
+}
+
+/* Keys [c0, c0 + n) of KV head kvh as float rows: in place when the cache
+ * is f32, else widened into tile. */
+static const float *keys_of(const ms_kv *kv, int64_t c0, int n, int64_t off, int dim,
+                            float *tile, int64_t *ld)
+{
+    if (kv->fmt == MS_KV_F32) {
+        *ld = kv->row;
+        return ms_kv_elems(kv, c0, off);
+    }
+    const ms_kernel_ops *k = ms_kernels();
+    for (int p = 0; p < n; p++)
+        k->widen(kv->fmt, ms_kv_elems(kv, c0 + p, off), ms_kv_scales(kv, c0 + p, off), kv->group,
+                 dim, tile + (int64_t)p * dim);
+    *ld = dim;
+    return tile;
+}
+
+static void item_task(void *ctx, int64_t it, int worker)
+{
+    const pass *p = ctx;
+    const ms_attend *a = p->a;
+    int64_t s = it % p->n_spans, rest = it / p->n_spans;
+    int hg = (int)(rest % p->n_groups), kvh = (int)(rest / p->n_groups % a->n_kv_heads);
+    int64_t b = rest / p->n_groups / a->n_kv_heads, r0, r1;
+    block_rows(p, b, &r0, &r1);
+    int g = a->n_heads / a->n_kv_heads, h0 = kvh * g + hg * p->heads;
+    int64_t k0 = s * MS_ATTN_SPAN, k1 = k0 + MS_ATTN_SPAN; /* keys of the span */
+    int64_t lo_min = INT64_MAX, hi_max = -1;
+    for (int64_t t = r0; t < r1; t++) {
+        int64_t pos = ms_fwd_pos(p->f, t), lo = row_lo(a, pos);
+        lo_min = lo < lo_min ? lo : lo_min;
+        hi_max = pos > hi_max ? pos : hi_max;
+        if (lo < k1 && pos >= k0)
+            for (int j = 0; j < p->heads; j++) {
+                float *st = state(p, t, h0 + j, s);
+                st[0] = -INFINITY;
+                memset(st + 1, 0, (size_t)(1 + a->dv) * sizeof *st);
+            }
+    }
+    if (lo_min >= k1 || hi_max < k0)
+        return;
+    const ms_kv *kv = ms_fwd_kv(p->f, p->layer, r0);
+    float *w = p->work + worker * p->work_floats;
+    float *ktile = w, *vtile = ktile + MS_ATTN_CHUNK * a->dk,
+          *sbuf = vtile + MS_ATTN_CHUNK * a->dv;
+    int v_in_k = a->v_off == a->k_off && a->v_step == a->k_step && a->dv <= a->dk;
+    const float *qs[ROW_BLOCK * MAX_HEADS];
+    float *sts[ROW_BLOCK * MAX_HEADS];
+    int los[ROW_BLOCK * MAX_HEADS], his[ROW_BLOCK * MAX_HEADS];
+    int64_t c_first = (lo_min > k0 ? lo_min : k0) / MS_ATTN_CHUNK;
+    int64_t c_last = (hi_max < k1 - 1 ? hi_max : k1 - 1) / MS_ATTN_CHUNK;
+    for (int64_t c = c_first; c <= c_last; c++) {
+        int64_t c0 = c * MS_ATTN_CHUNK;
+        int nq = 0, n = 0;
+        for (int64_t t = r0; t < r1; t++) {
+            int64_t pos = ms_fwd_pos(p->f, t), lo = row_lo(a, pos);
+            int64_t l = lo > c0 ? lo : c0, h = pos < c0 + MS_ATTN_CHUNK - 1 ? pos : c0 + MS_ATTN_CHUNK - 1;
+            if (l > h)
+                continue;
+            for (int j = 0; j < p->heads; j++) {
+                qs[nq] = p->q + (t * a->n_heads + h0 + j) * p->ldq;
+                sts[nq] = state(p, t, h0 + j, s);
+                los[nq] = (int)(l - c0);
+                his[nq] = (int)(h - c0 + 1);
+                n = his[nq] > n ? his[nq] : n;
+                nq++;
+            }
+        }
+        if (!nq)
+            continue;
+        int64_t ldk, ldv;
+        const float *k = keys_of(kv, c0, n, a->k_off + kvh * a->k_step, a->dk, ktile, &ldk);
+        const float *v = v_in_k ? k : keys_of(kv, c0, n, a->v_off + kvh * a->v_step, a->dv,
+                                             vtile, &ldv);
+        if (v_in_k)
+            ldv = ldk;
+        ms_attn_step step = {.nq = nq, .n = n, .dk = a->dk, .dv = a->dv, .scale = a->scale,
+                             .k = k, .v = v, .ldk = ldk, .ldv = ldv, .q = qs, .lo = los,
+                             .hi = his, .st = sts, .s = sbuf};
+        ms_kernels()->attn(&step);
+    }
+}
+
+/* Query i of the pass (row t0 + i / n_heads): its spans merged in order. */
+static void merge_task(void *ctx, int64_t i, int worker)
+{
+    (void)worker;
+    const pass *p = ctx;
+    const ms_attend *a = p->a;
+    int64_t t = p->t0 + i / a->n_heads;
+    int h = (int)(i % a->n_heads);
+    int64_t pos = ms_fwd_pos(p->f, t), s0 = row_lo(a, pos) / MS_ATTN_SPAN,
+            s1 = pos / MS_ATTN_SPAN;
+    float m = a->sinks ? a->sinks[h] : -INFINITY;
+    for (int64_t s = s0; s <= s1; s++)
+        m = state(p, t, h, s)[0] > m ? state(p, t, h, s)[0] : m;
+    float l = a->sinks ? expf(a->sinks[h] - m) : 0.0f;
+    float *o = p->out + (t * a->n_heads + h) * p->ldo;
+    memset(o, 0, (size_t)a->dv * sizeof *o);
+    const ms_kernel_ops *k = ms_kernels();
+    for (int64_t s = s0; s <= s1; s++) {
+        const float *st = state(p, t, h, s);
+        float e = expf(st[0] - m);
+        l += st[1] * e;
+        k->axpy(e, st + 2, o, a->dv);
+    }
+    float inv = 1.0f / l;
+    for (int d = 0; d < a->dv; d++)
+        o[d] *= inv;
+}
+
+int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *q, int64_t ldq,
+                   float *out, int64_t ldo, ms_err *err)
+{
+    int64_t n = f->n, max_pos = 0;
+    for (int64_t t = 0; t < n; t++)
+        max_pos = ms_fwd_pos(f, t) > max_pos ? ms_fwd_pos(f, t) : max_pos;
+    int threads = ms_pool_threads(), g = a->n_heads / a->n_kv_heads;
+    int64_t n_spans = max_pos / MS_ATTN_SPAN + 1, st = 2 + a->dv;
+    int64_t per_row = (int64_t)a->n_heads * n_spans * st;
+    int64_t rows = PARTIAL_BUDGET / per_row;
+    rows = rows < 1 ? 1 : rows > n ? n : rows;
+    pass p = {.a = a, .f = f, .layer = layer, .q = q, .ldq = ldq, .out = out, .ldo = ldo,
+              .block = f->n_seq > 1 ? 1 : ROW_BLOCK, .n_spans = n_spans};
+    p.work_floats = MS_ATTN_CHUNK * ((int64_t)a->dk + a->dv) + MS_ATTN_CHUNK + 64;
+    float *buf = ms_scratch_get(f->scratch, rows * per_row + threads * p.work_floats, err);
+    if (!buf)
+        return -1;
+    p.part = buf;
+    p.work = buf + rows * per_row;
+    for (p.t0 = 0; p.t0 < n; p.t0 += rows) {
+        p.nt = n - p.t0 < rows ? n - p.t0 : rows;
+        p.n_blocks = (int)((p.nt + p.block - 1) / p.block);
+        /* heads per item: the whole group, halved while there are too few
+         * items for the threads (a short context with few KV heads) */
+        p.heads = g;
+        while (p.heads > MAX_HEADS || g % p.heads)
+            p.heads--;
+        while (p.heads % 2 == 0 &&
+               (int64_t)p.n_blocks * a->n_kv_heads * (g / p.heads) * n_spans < 2 * threads)
+            p.heads /= 2;
+        p.n_groups = g / p.heads;
+        ms_pool_run((int64_t)p.n_blocks * a->n_kv_heads * p.n_groups * n_spans, item_task, &p);
+        ms_pool_run(p.nt * a->n_heads, merge_task, &p);
+    }
+    return 0;
+}

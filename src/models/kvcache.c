@@ -1,0 +1,98 @@
+/* KV cache storage: formats, allocation, and the conversion on write. */
+#include "models/kvcache.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/dtype.h"
+
+static const char *const names[MS_KV_COUNT] = {"f32", "bf16", "fp8"};
+
+const char *ms_kvfmt_name(ms_kvfmt f)
+{
+    return f >= 0 && f < MS_KV_COUNT ? names[f] : "?";
+}
+
+int ms_kvfmt_parse(const char *s, ms_kvfmt *out)
+{
+    for (int f = 0; f < MS_KV_COUNT; f++)
+        if (strcmp(s, names[f]) == 0) {
+            *out = (ms_kvfmt)f;
+            return 0;
+        }
+    return -1;
+}
+
+int64_t ms_kv_bytes_per_pos(ms_kvfmt f, int64_t row, int group)
+{
+    switch (f) {
+    case MS_KV_F32: return row * 4;
+    case MS_KV_BF16: return row * 2;
+    default: return row + row / group * 4;
+    }
+}
+
+int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int group, ms_err *err)
+{
+    memset(kv, 0, sizeof *kv);
+    if (f == MS_KV_FP8 && (group <= 0 || row % group))
+        return ms_err_set(err, MS_E_ARG, "an fp8 KV row of %lld elements cannot have scale "
+                          "groups of %d", (long long)row, group);
+    static const int size[MS_KV_COUNT] = {4, 2, 1};
+    kv->fmt = f;
+    kv->cap = cap;
+    kv->row = row;
+    kv->group = group;
+    kv->data = ms_calloc((size_t)(cap * row), (size_t)size[f], "KV cache", err);
+    if (!kv->data)
+        return -1;
+    if (f == MS_KV_FP8) {
+        kv->scale = ms_calloc((size_t)(cap * row / group), 4, "KV cache scales", err);
+        if (!kv->scale) {
+            ms_kv_free(kv);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void ms_kv_free(ms_kv *kv)
+{
+    free(kv->data);
+    free(kv->scale);
+    kv->data = NULL;
+    kv->scale = NULL;
+}
+
+void ms_kv_write(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t n)
+{
+    void *dst = (void *)ms_kv_elems(kv, pos, off);
+    switch (kv->fmt) {
+    case MS_KV_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    case MS_KV_BF16: {
+        uint16_t *h = dst;
+        for (int64_t i = 0; i < n; i++)
+            h[i] = ms_f32_to_bf16(src[i]);
+        return;
+    }
+    default: {
+        uint8_t *b = dst;
+        float *sc = (float *)ms_kv_scales(kv, pos, off);
+        for (int64_t g = 0; g < n / kv->group; g++) {
+            const float *x = src + g * kv->group;
+            float amax = 0.0f;
+            for (int i = 0; i < kv->group; i++)
+                amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+            /* a zero (or non-finite) group keeps scale 1: its codes say it */
+            float s = amax > 0.0f && isfinite(amax) ? amax / 448.0f : 1.0f;
+            sc[g] = s;
+            for (int i = 0; i < kv->group; i++)
+                b[g * kv->group + i] = ms_f32_to_e4m3(x[i] / s);
+        }
+        return;
+    }
+    }
+}

@@ -1,0 +1,55 @@
+/* The KV cache of one layer of one sequence: cap positions of `row`
+ * elements in one of the formats of ms_kvfmt (kernels.h). Position p lives
+ * in slot p % cap; cap is a multiple of MS_ATTN_CHUNK, so an aligned chunk
+ * of positions is contiguous, and cap < context only for sliding-window
+ * layers (cap >= window + a prefill block + the rewind slack).
+ *
+ * f32 is the reference. bf16 rounds each element to nearest even (what the
+ * upstream models run with in practice). fp8 stores OCP e4m3fn codes with
+ * one float scale per `group` elements (a head, or a part of MLA's latent),
+ * amax / 448, so each group uses the code's whole range. */
+#ifndef MS_MODELS_KVCACHE_H
+#define MS_MODELS_KVCACHE_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+typedef struct ms_kv {
+    void *data;      /* [cap][row] elements of fmt */
+    float *scale;    /* MS_KV_FP8: [cap][row / group] */
+    int64_t cap, row;
+    ms_kvfmt fmt;
+    int group;       /* elements per FP8 scale; divides row */
+} ms_kv;
+
+/* Name of a format ("f32", "bf16", "fp8"); ms_kvfmt_parse returns -1 for
+ * anything else. */
+const char *ms_kvfmt_name(ms_kvfmt f);
+int ms_kvfmt_parse(const char *s, ms_kvfmt *out);
+
+/* Bytes one position of `row` elements takes (scales included). */
+int64_t ms_kv_bytes_per_pos(ms_kvfmt f, int64_t row, int group);
+
+/* Allocates cap positions (zeroed; pages are touched only when written). */
+int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int group, ms_err *err);
+void ms_kv_free(ms_kv *kv);
+
+/* Stores n floats at element off of position pos (FP8: off and n on group
+ * boundaries). */
+void ms_kv_write(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t n);
+
+/* Element off of position pos, and its FP8 scales. */
+static inline const void *ms_kv_elems(const ms_kv *kv, int64_t pos, int64_t off)
+{
+    static const int size[MS_KV_COUNT] = {4, 2, 1};
+    return (const uint8_t *)kv->data + ((pos % kv->cap) * kv->row + off) * size[kv->fmt];
+}
+
+static inline const float *ms_kv_scales(const ms_kv *kv, int64_t pos, int64_t off)
+{
+    return kv->scale ? kv->scale + ((pos % kv->cap) * kv->row + off) / kv->group : 0;
+}
+
+#endif

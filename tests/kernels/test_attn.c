@@ -1,0 +1,271 @@
+/* The attention step (ms_attn_step) of every op table this CPU runs against
+ * a float64 softmax, its independence from the batch and the split, and the
+ * KV widening (bit-exact against format/dtype.c's scalar decoders).
+ *
+ * Tolerance of one query over n keys chained through chunks: with scores
+ * s_p computed to within ds = (dk + 2) u * scale * sum_c |q_c k_c| (u =
+ * 2^-24) and exp to a few ulp, each weight w_p = e^(s_p - m) / L moves by
+ * at most 2 ds + (n + 16) u relative to itself, so
+ *   |out - ref| <= 2 * (2 ds_max + (n + 16) u) * max |v|   (factor 2: slack).
+ * A wrong key, range or rescale moves the result by ~ max|v| / n, far
+ * outside it (case checker_fails). */
+#include <stdint.h>
+
+#include "format/dtype.h"
+#include "kernels/kernels.h"
+#include "models/kvcache.h"
+#include "test.h"
+
+#define U (1.0 / 16777216.0)
+
+static const ms_kernel_ops *cur;
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static double unit(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+static float sym(double a)
+{
+    return (float)((2 * unit() - 1) * a);
+}
+
+typedef struct qcase {
+    int dk, dv, n;       /* n keys in all, fed in chunks aligned at 0 */
+    int lo, hi;          /* the query sees keys [lo, hi) */
+    float scale, qmag;
+} qcase;
+
+/* Runs one query over keys [lo, hi) of K/V (n rows) chunk by chunk, as the
+ * model's driver does, alone or with `others` more queries in each step. */
+static void run_query(const qcase *c, const float *q, const float *K, const float *V, int others,
+                      const float *oq, float *st)
+{
+    float *ost = calloc((size_t)(others + 1) * (2 + c->dv), sizeof(float));
+    st[0] = -INFINITY;
+    memset(st + 1, 0, (size_t)(1 + c->dv) * sizeof(float));
+    for (int i = 0; i < others; i++)
+        ost[i * (2 + c->dv)] = -INFINITY;
+    float sbuf[MS_ATTN_CHUNK + 64];
+    for (int c0 = 0; c0 < c->hi; c0 += MS_ATTN_CHUNK) {
+        int n = c->hi - c0 < MS_ATTN_CHUNK ? c->hi - c0 : MS_ATTN_CHUNK;
+        int lo = c->lo > c0 ? c->lo - c0 : 0;
+        if (lo >= n)
+            continue;
+        const float *qs[8];
+        float *sts[8];
+        int los[8], his[8], nq = 0;
+        for (int i = 0; i < others; i++) { /* others see the whole chunk */
+            qs[nq] = oq + i * c->dk;
+            sts[nq] = ost + i * (2 + c->dv);
+            los[nq] = 0;
+            his[nq++] = n;
+        }
+        qs[nq] = q;
+        sts[nq] = st;
+        los[nq] = lo;
+        his[nq++] = n;
+        ms_attn_step a = {.nq = nq, .n = n, .dk = c->dk, .dv = c->dv, .scale = c->scale,
+                          .k = K + (int64_t)c0 * c->dk, .v = V + (int64_t)c0 * c->dv,
+                          .ldk = c->dk, .ldv = c->dv, .q = qs, .lo = los, .hi = his, .st = sts,
+                          .s = sbuf};
+        cur->attn(&a);
+    }
+    free(ost);
+}
+
+static double check_query(const qcase *c, int others, int corrupt)
+{
+    int64_t nk = (int64_t)c->hi * c->dk, nv = (int64_t)c->hi * c->dv;
+    float *K = malloc((size_t)nk * 4), *V = malloc((size_t)nv * 4), *q = malloc((size_t)c->dk * 4);
+    float *oq = malloc((size_t)(others + 1) * c->dk * 4);
+    for (int64_t i = 0; i < nk; i++)
+        K[i] = sym(1.0);
+    for (int64_t i = 0; i < nv; i++)
+        V[i] = sym(1.0);
+    for (int i = 0; i < c->dk; i++)
+        q[i] = sym(c->qmag);
+    for (int i = 0; i < others * c->dk; i++)
+        oq[i] = sym(c->qmag);
+    float *st = malloc((size_t)(2 + c->dv) * 4), *st1 = malloc((size_t)(2 + c->dv) * 4);
+    run_query(c, q, K, V, others, oq, st);
+    run_query(c, q, K, V, 0, oq, st1);
+    CHECK(memcmp(st, st1, (size_t)(2 + c->dv) * 4) == 0,
+          "dk %d dv %d keys [%d,%d): the state depends on the other queries of the step", c->dk,
+          c->dv, c->lo, c->hi);
+    if (corrupt)
+        st[2] += 0.5f * st[1]; /* out[0] off by 0.5 */
+    /* float64 reference */
+    double *s = malloc((size_t)c->hi * sizeof(double)), m = -INFINITY, L = 0, ds = 0, vmax = 0;
+    for (int p = c->lo; p < c->hi; p++) {
+        double d = 0, mag = 0;
+        for (int i = 0; i < c->dk; i++) {
+            d += (double)q[i] * K[(int64_t)p * c->dk + i];
+            mag += fabs((double)q[i] * K[(int64_t)p * c->dk + i]);
+        }
+        s[p] = d * c->scale;
+        m = s[p] > m ? s[p] : m;
+        double e = (c->dk + 2) * U * c->scale * mag;
+        ds = e > ds ? e : ds;
+    }
+    for (int p = c->lo; p < c->hi; p++)
+        L += exp(s[p] - m);
+    double worst = 0;
+    for (int d = 0; d < c->dv; d++) {
+        double ref = 0;
+        for (int p = c->lo; p < c->hi; p++) {
+            ref += exp(s[p] - m) / L * V[(int64_t)p * c->dv + d];
+            vmax = fabs(V[(int64_t)p * c->dv + d]) > vmax ? fabs(V[(int64_t)p * c->dv + d]) : vmax;
+        }
+        double got = st[2 + d] / st[1], err = fabs(got - ref);
+        worst = err > worst ? err : worst;
+    }
+    double tol = 2 * (2 * ds + (c->hi - c->lo + 16) * U) * vmax;
+    free(s);
+    free(K);
+    free(V);
+    free(q);
+    free(oq);
+    free(st);
+    free(st1);
+    return worst / tol;
+}
+
+static void case_softmax(void)
+{
+    static const qcase cs[] = {
+        {64, 64, 0, 0, 1, 0.125f, 1.0},     {64, 64, 0, 0, 64, 0.125f, 1.0},
+        {64, 64, 0, 5, 130, 0.125f, 3.0},   {64, 64, 0, 100, 229, 0.125f, 8.0},
+        {128, 128, 0, 0, 300, 0.0884f, 2.0}, {576, 512, 0, 0, 200, 0.07f, 1.0},
+        {8, 8, 0, 3, 77, 0.35f, 1.0},       {40, 24, 0, 0, 65, 0.16f, 4.0},
+        {16, 16, 0, 63, 64, 0.25f, 1.0},    {72, 72, 0, 17, 18, 0.1f, 1.0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        double r = check_query(&cs[i], 3, 0);
+        CHECK(r <= 1.0, "dk %d dv %d keys [%d,%d): error %.2f x the bound", cs[i].dk, cs[i].dv,
+              cs[i].lo, cs[i].hi, r);
+    }
+}
+
+static void case_checker_fails(void)
+{
+    qcase c = {64, 64, 0, 0, 100, 0.125f, 1.0};
+    CHECK(check_query(&c, 0, 1) > 1.0, "a corrupted result passes the check");
+}
+
+/* widen: every format against the scalar decoders, bit for bit, odd lengths
+ * and groups included. */
+static void case_widen(void)
+{
+    static const int lens[] = {1, 7, 16, 33, 64, 100, 576};
+    static const int groups[] = {8, 16, 64};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li];
+        float src[576], out[576], sc[72];
+        uint16_t h[576];
+        uint8_t b[576];
+        for (int i = 0; i < n; i++) {
+            src[i] = sym(100.0);
+            h[i] = ms_f32_to_bf16(src[i]);
+            b[i] = (uint8_t)(unit() * 256);
+            if ((b[i] & 0x7F) == 0x7F)
+                b[i] ^= 1;
+        }
+        cur->widen(MS_KV_F32, src, NULL, 0, n, out);
+        CHECK(memcmp(out, src, (size_t)n * 4) == 0, "f32 widen n=%d", n);
+        cur->widen(MS_KV_BF16, h, NULL, 0, n, out);
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += out[i] != ms_bf16_to_f32(h[i]);
+        CHECK(!bad, "bf16 widen n=%d: %d elements off", n, bad);
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+            int g = groups[gi];
+            if (n % g && n > g)
+                continue;
+            for (int k = 0; k < 72; k++)
+                sc[k] = (float)ldexp(0.5 + unit(), (int)(unit() * 20) - 10);
+            cur->widen(MS_KV_FP8, b, sc, g, n, out);
+            bad = 0;
+            for (int i = 0; i < n; i++)
+                bad += out[i] != ms_e4m3_to_f32(b[i]) * sc[i / g];
+            CHECK(!bad, "fp8 widen n=%d group %d: %d elements off", n, g, bad);
+        }
+    }
+}
+
+/* e4m3 encoding: round to nearest even against every code's value. */
+static void case_e4m3_encode(void)
+{
+    int bad = 0;
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7F) == 0x7F)
+            continue;
+        float v = ms_e4m3_to_f32((uint8_t)c);
+        bad += ms_f32_to_e4m3(v) != c && !(v == 0 && (c & 0x7F) == 0);
+    }
+    CHECK(!bad, "%d codes do not encode to themselves", bad);
+    CHECK(ms_f32_to_e4m3(1.0625f) == 0x38, "1 + 1/16 is a tie: to even (1.0)");
+    CHECK(ms_f32_to_e4m3(1.1875f) == 0x3A, "1 + 3/16 is a tie: to even (1.25)");
+    CHECK(ms_f32_to_e4m3(1000.0f) == 0x7E && ms_f32_to_e4m3(-1000.0f) == 0xFE, "saturation");
+    CHECK(ms_f32_to_e4m3(0.0009765625f) == 0x00, "2^-10: a tie between 0 and 2^-9, to even 0");
+    CHECK(ms_f32_to_e4m3(NAN) == 0x7F, "NaN");
+}
+
+/* A KV cache written in each format reads back within its rounding. */
+static void case_kv_roundtrip(void)
+{
+    float row[128], back[128];
+    for (int i = 0; i < 128; i++)
+        row[i] = sym(i < 64 ? 10.0 : 0.01);
+    static const struct {
+        ms_kvfmt f;
+        double rel; /* of the group's largest magnitude */
+    } fs[] = {{MS_KV_F32, 0}, {MS_KV_BF16, 1.0 / 256}, {MS_KV_FP8, 1.0 / 16}};
+    for (size_t i = 0; i < 3; i++) {
+        ms_kv kv;
+        ms_err e;
+        CHECK(ms_kv_alloc(&kv, fs[i].f, 128, 128, 64, &e) == 0, "alloc %s", ms_kvfmt_name(fs[i].f));
+        ms_kv_write(&kv, 200, 0, row, 128); /* slot 200 % 128 */
+        cur->widen(kv.fmt, ms_kv_elems(&kv, 200, 0), ms_kv_scales(&kv, 200, 0), kv.group, 128,
+                   back);
+        int bad = 0;
+        for (int g = 0; g < 2; g++) {
+            double amax = 0;
+            for (int k = 0; k < 64; k++)
+                amax = fabs(row[g * 64 + k]) > amax ? fabs(row[g * 64 + k]) : amax;
+            for (int k = 0; k < 64; k++) {
+                double err = fabs((double)back[g * 64 + k] - row[g * 64 + k]);
+                double lim = fs[i].f == MS_KV_BF16 ? fs[i].rel * fabs(row[g * 64 + k])
+                                                   : fs[i].rel * amax;
+                bad += err > lim;
+            }
+        }
+        CHECK(!bad, "%s: %d elements beyond the format's rounding", ms_kvfmt_name(fs[i].f), bad);
+        ms_kv_free(&kv);
+    }
+}
+
+int main(void)
+{
+    const ms_kernel_ops *all[3] = {ms_kernels_scalar(), ms_kernels_avx2(), ms_kernels_avx512()};
+    static const char *names[3] = {"scalar", "avx2", "avx512"};
+    char name[64];
+    for (int i = 0; i < 3; i++) {
+        if (!all[i]) {
+            printf("SKIP attn_%s: this CPU lacks its instructions\n", names[i]);
+            continue;
+        }
+        cur = all[i];
+#define RUN(fn)                                                                    \
+    snprintf(name, sizeof name, "%s_%s", #fn, names[i]);                          \
+    t_run_case(name, fn);
+        RUN(case_softmax)
+        RUN(case_checker_fails)
+        RUN(case_widen)
+        RUN(case_kv_roundtrip)
+#undef RUN
+    }
+    t_run_case("e4m3_encode", case_e4m3_encode);
+    return t_finish();
+}
