@@ -105,6 +105,17 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err)
     return rc;
 }
 
+int cli_parse_kv(const char *cmd, const char *v, int *kv)
+{
+    static const char *const names[] = {"f32", "bf16", "fp8"};
+    for (int f = 0; f < 3; f++)
+        if (!strcmp(v, names[f])) {
+            *kv = MS_KVCACHE_F32 + f;
+            return 0;
+        }
+    return cli_usage_error(cmd, "--kv expects f32, bf16 or fp8, got \"%s\"", v);
+}
+
 int cli_parse_precision(const char *cmd, const char *v, int *precision)
 {
     if (!strcmp(v, "exact"))

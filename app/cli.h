@@ -22,6 +22,10 @@ int cli_parse_f64(const char *s, double lo, double hi, double *out);
  * status after printing the usage error. */
 int cli_parse_precision(const char *cmd, const char *v, int *precision);
 
+/* --kv f32|bf16|fp8 into *kv (enum ms_kv_format); 0, or an exit status
+ * after printing the usage error. */
+int cli_parse_kv(const char *cmd, const char *v, int *kv);
+
 /* Reads decimal token ids separated by white space; caller frees *ids. */
 int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
 
@@ -41,7 +45,7 @@ typedef struct run_opts {
     const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
     const char *system, *effort, *chat_template, *json_schema;
     int json_any;                                    /* --json: any JSON object */
-    int placement, no_prefetch, buffered, precision;
+    int placement, no_prefetch, buffered, precision, kv;
     int64_t ram, io_threads, cache_slots, reads;
     int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */
     int ids, ignore_eos, stats, raw, hide_reasoning, thinking, no_reuse;

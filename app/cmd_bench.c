@@ -14,8 +14,8 @@
 
 typedef struct bench_opts {
     const char *model, *trace;
-    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads;
-    int placement, no_prefetch, buffered, floor, precision;
+    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads, context;
+    int placement, no_prefetch, buffered, floor, precision, kv;
 } bench_opts;
 
 static int parse(int argc, char **argv, bench_opts *o)
@@ -31,7 +31,7 @@ static int parse(int argc, char **argv, bench_opts *o)
             {"--threads", &o->threads, 1, 64},    {"--ctx", &o->ctx, 1, INT64_C(1) << 40},
             {"--io-threads", &o->io_threads, 1, 256},
             {"--cache-slots", &o->cache_slots, 1, INT32_MAX}, {"--disk", &o->disk, 1, 100000},
-            {"--reads", &o->reads, 1, 1024},
+            {"--reads", &o->reads, 1, 1024},     {"--context", &o->context, 0, INT64_C(1) << 30},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++)
@@ -46,6 +46,9 @@ static int parse(int argc, char **argv, bench_opts *o)
         if ((v = cli_value(argc, argv, &i, "--trace", &miss))) o->trace = v;
         else if ((v = cli_value(argc, argv, &i, "--precision", &miss))) {
             if (cli_parse_precision("bench", v, &o->precision))
+                return 2;
+        } else if ((v = cli_value(argc, argv, &i, "--kv", &miss))) {
+            if (cli_parse_kv("bench", v, &o->kv))
                 return 2;
         }
         else if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
@@ -138,12 +141,13 @@ int cmd_bench(int argc, char **argv)
         return rc;
     ms_error err = {0};
     ms_engine_opts eo = {.n_threads = (int)o.threads,
-                         .ctx = o.ctx ? o.ctx : o.prompt + o.n + 1, .placement = o.placement,
+                         .ctx = o.ctx ? o.ctx : o.context + o.prompt + o.n + 1,
+                         .placement = o.placement,
                          .ram = o.ram, .io_threads = (int)o.io_threads,
                          .cache_slots = (int)o.cache_slots, .reads = (int)o.reads,
                          .no_prefetch = o.no_prefetch,
                          .buffered = o.buffered, .trace_path = o.trace,
-                         .precision = o.precision};
+                         .precision = o.precision, .kv_format = o.kv};
     ms_engine *eng = NULL;
     ms_session *s = NULL;
     int32_t *ids = NULL;
@@ -151,9 +155,10 @@ int cmd_bench(int argc, char **argv)
     if (ms_engine_open(o.model, &eo, &eng, &err))
         goto out;
     const ms_model_info *info = ms_engine_info(eng);
-    ms_session_opts so = {.ctx = o.ctx ? o.ctx : o.prompt + o.n + 1};
+    ms_session_opts so = {.ctx = o.ctx ? o.ctx : o.context + o.prompt + o.n + 1};
     ids = malloc(sizeof *ids * (size_t)(o.prompt + o.n));
-    if (!ids || ms_session_open(eng, &so, &s, &err))
+    if (!ids || ms_session_open(eng, &so, &s, &err) ||
+        ms_session_fill_synthetic(s, o.context, 1, &err))
         goto out;
     make_prompt(ids, o.prompt, info->vocab_size);
     ms_stats s0, s1, s2;
@@ -183,12 +188,15 @@ int cmd_bench(int argc, char **argv)
         goto out;
     printf("| %-40s | %-32s |\n|%s|%s|\n", "moestream bench", o.model,
            "------------------------------------------", "----------------------------------");
+    char v[128];
     row("family", info->family);
     row("experts", ms_engine_placement(eng));
     row("kernels", ms_kernel_path());
+    snprintf(v, sizeof v, "%s, %lld tokens%s", ms_session_kv_format(s), (long long)ms_session_ctx(s),
+             o.context ? " (synthetic context before the prompt)" : "");
+    row("KV cache", v);
     print_phase("prefill", o.prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
     print_phase("decode", o.n, s2.t_decode - s1.t_decode, &s1, &s2);
-    char v[128];
     double busy = s2.t_attn + s2.t_experts + s2.t_head + s2.t_other;
     snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,
              100 * s2.t_experts / busy, 100 * s2.t_head / busy);

@@ -13,7 +13,7 @@ static const struct {
     {"run", cmd_run,
      "run MODEL_DIR (-p TEXT | --prompt-ids FILE) [-n N] [--temp T] [--top-p P] [--top-k K] "
      "[--min-p P] [--seed S]\n                [--repeat-penalty R] [--presence-penalty P] "
-     "[--frequency-penalty F] [--ctx N] [--raw] [--ids] [--ignore-eos]\n"
+     "[--frequency-penalty F] [--ctx N] [--kv f32|bf16|fp8] [--raw] [--ids] [--ignore-eos]\n"
      "                [--stats] [--threads N] [--precision exact|fast] [--system TEXT] [--think on|off] "
      "[--reasoning-effort E] [--hide-reasoning]\n"
      "                [--chat-template-file FILE] [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
@@ -22,7 +22,7 @@ static const struct {
      "chat MODEL_DIR [--system TEXT] [--think on|off] [--reasoning-effort E] "
      "[--hide-reasoning] [--chat-template-file FILE] [sampling, context and placement options as run]"},
     {"logits", cmd_logits,
-     "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--feed N] [--dump DIR] "
+     "logits MODEL_DIR --prompt-ids FILE --out FILE [--ctx N] [--kv f32|bf16|fp8] [--feed N] [--dump DIR] "
      "[--threads N]\n                [same placement options as run]"},
     {"inspect", cmd_inspect, "inspect MODEL_DIR"},
     {"tokenize", cmd_tokenize, "tokenize MODEL_DIR (--text TEXT | --text-file FILE)"},
@@ -30,7 +30,7 @@ static const struct {
      "serve MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-body SIZE] "
      "[--queue N] [--name ID]\n                [--parallel N] [--prompt-cache M] "
      "[--allow-host NAME] [--cors ORIGIN] [--max-tokens-cap N]\n                "
-     "[--request-timeout S] [--read-timeout S] [--timeout S] [--keepalive S] [--ctx N] [-n N] "
+     "[--request-timeout S] [--read-timeout S] [--timeout S] [--keepalive S] [--ctx N] [--kv F] [-n N] "
      "[sampling, --think, "
      "--reasoning-effort, --chat-template-file and placement options as run]"},
     {"render", cmd_render,
@@ -47,7 +47,8 @@ static const struct {
      "[--force]"},
     {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},
     {"bench", cmd_bench,
-     "bench MODEL_DIR [--prompt N] [-n N] [--disk N] [--floor] [--precision exact|fast] "
+     "bench MODEL_DIR [--prompt N] [-n N] [--context N] [--disk N] [--floor] "
+     "[--precision exact|fast] [--kv f32|bf16|fp8] "
      "[--trace FILE] [placement options]"},
 };
 

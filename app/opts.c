@@ -49,6 +49,11 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
                 return 2;
             continue;
         }
+        if ((v = cli_value(argc, argv, &i, "--kv", &miss))) {
+            if (cli_parse_kv(cmd, v, &o->kv))
+                return 2;
+            continue;
+        }
         if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
             if (!strcmp(v, "auto")) o->placement = MS_PLACE_AUTO;
             else if (!strcmp(v, "pagecache")) o->placement = MS_PLACE_PAGECACHE;
@@ -129,7 +134,8 @@ int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *
                          .cache_slots = (int)o->cache_slots, .reads = (int)o->reads,
                          .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
                          .buffered = o->buffered, .trace_path = o->trace,
-                         .precision = o->precision, .chat_template_file = o->chat_template};
+                         .precision = o->precision, .chat_template_file = o->chat_template,
+                         .kv_format = o->kv};
     ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
     if (ms_engine_open(o->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
         return -1;
@@ -157,6 +163,9 @@ void run_opts_print_stats(const ms_session *s)
     fprintf(stderr, "kernels: %s%s\n", ms_kernel_path(),
             strstr(ms_kernel_path(), "fast") ? " (precision fast: activations rounded to bf16 "
                                                "for BF16 and MXFP4 weights; not exact)" : "");
+    fprintf(stderr, "context: %lld tokens, KV cache %s%s\n", (long long)ms_session_ctx(s),
+            ms_session_kv_format(s),
+            strcmp(ms_session_kv_format(s), "f32") ? " (rounded: not the reference)" : "");
     fprintf(stderr, "prefill: %lld tokens in %.3f s (%.2f tok/s)\n",
             (long long)st.n_prefill_tokens, st.t_prefill,
             st.t_prefill > 0 ? (double)st.n_prefill_tokens / st.t_prefill : 0.0);

@@ -111,6 +111,8 @@ void ms_session_close(ms_session *s);
 /* Number of positions held in the KV cache (the next token's position). */
 int64_t ms_session_pos(const ms_session *s);
 int64_t ms_session_ctx(const ms_session *s);
+/* The format of its KV cache: "f32", "bf16" or "fp8". */
+const char *ms_session_kv_format(const ms_session *s);
 
 /* Forget positions >= keep (0 <= keep <= pos); logits become undefined until
  * the next eval. */
@@ -132,6 +134,13 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n,
  * alone. Refuses before evaluating anything if a session is full. */
 int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_error *err);
 const float *ms_session_logits(const ms_session *s);
+
+/* For benchmarks of long contexts: appends n positions whose keys and
+ * values are pseudo-random (seeded, finite, of unit scale) without
+ * evaluating anything, as if a prompt of n tokens had been read. What is
+ * generated after them means nothing; only its speed does. Fails with
+ * MS_E_CONTEXT_FULL when pos + n > ctx. */
+int ms_session_fill_synthetic(ms_session *s, int64_t n, uint64_t seed, ms_error *err);
 
 /* Makes the session hold exactly ids[0..n): keeps the longest prefix it
  * already holds (at most n - 1 tokens, so that the last one is evaluated),

@@ -111,6 +111,11 @@ int64_t ms_session_ctx(const ms_session *s)
     return s->ctx;
 }
 
+const char *ms_session_kv_format(const ms_session *s)
+{
+    return ms_kvfmt_name(s->kv_fmt);
+}
+
 int ms_session_truncate(ms_session *s, int64_t keep, ms_error *err)
 {
     if (keep < 0 || keep > s->pos)
@@ -234,6 +239,38 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
     free(kvs);
     free(logits);
     return rc;
+}
+
+int ms_session_fill_synthetic(ms_session *s, int64_t n, uint64_t seed, ms_error *err)
+{
+    if (n < 0 || s->pos + n > s->ctx)
+        return ms_err_set(err, MS_E_CONTEXT_FULL, "CONTEXT_FULL: %lld positions in use + %lld "
+                          "synthetic ones exceed the context of %lld tokens", (long long)s->pos,
+                          (long long)n, (long long)s->ctx);
+    const ms_model *m = s->eng->model;
+    int64_t most = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        most = m->kv_row[l] > most ? m->kv_row[l] : most;
+    float *row = ms_malloc((size_t)most * sizeof *row, "synthetic KV row", err);
+    if (!row)
+        return -1;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int l = 0; l < m->n_layers; l++) {
+        ms_kv *kv = &s->kv[l];
+        int64_t first = s->pos + n - kv->cap > s->pos ? s->pos + n - kv->cap : s->pos;
+        for (int64_t p = first; p < s->pos + n; p++) {
+            for (int64_t i = 0; i < kv->row; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+                row[i] = (float)((int64_t)(x >> 40) - (1 << 23)) / (float)(1 << 23);
+            }
+            ms_kv_write(kv, p, 0, row, kv->row);
+        }
+    }
+    free(row);
+    memset(s->hist + s->pos, 0, sizeof *s->hist * (size_t)n);
+    s->pos += n;
+    s->have_logits = 0;
+    return 0;
 }
 
 const float *ms_session_logits(const ms_session *s)
