@@ -236,8 +236,9 @@ class DeepseekV3:
             self._route_infos.append((l, info))      # for --stats only
         return out
 
-    def forward(self, ids, pos0, cache, dump=None):
-        """Runs tokens `ids` at positions pos0.. through the model, extending `cache`."""
+    def forward(self, ids, pos0, cache, dump=None, kv_only_last=False):
+        """Runs tokens `ids` at positions pos0.. through the model, extending `cache`;
+        kv_only_last: only extend the last layer's cache (returns None)."""
         layers = self.weights()
         ids = np.asarray(ids, dtype=np.int64)
         pos = np.arange(pos0, pos0 + len(ids), dtype=np.int64)
@@ -245,8 +246,11 @@ class DeepseekV3:
         eps = self.c.eps
         x = self._embed[ids]
         for l, lw in enumerate(layers):
-            x = x + mc.mla(lw["attn"], self.d, mc.rmsnorm(x, lw["in_ln"], eps), pos, cs, cache,
-                           l, self.absorbed)
+            a = mc.mla(lw["attn"], self.d, mc.rmsnorm(x, lw["in_ln"], eps), pos, cs, cache, l,
+                       self.absorbed, kv_only=kv_only_last and l == len(layers) - 1)
+            if a is None:
+                return None
+            x = x + a
             if dump is not None:
                 dump[f"L{l}.attn_out"] = x
             h = mc.rmsnorm(x, lw["post_ln"], eps)

@@ -214,21 +214,29 @@ class GptOss:
         x1, x2 = x[..., :h], x[..., h:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def attention(self, l, lw, t, pos, cache):
+    def attention(self, l, lw, t, pos, cache, kv_only=False):
         c = self.c
         n = t.shape[0]
-        q = (t @ lw["self_attn.q_proj.weight"].T + lw["self_attn.q_proj.bias"])
         k = (t @ lw["self_attn.k_proj.weight"].T + lw["self_attn.k_proj.bias"])
         v = (t @ lw["self_attn.v_proj.weight"].T + lw["self_attn.v_proj.bias"])
-        q = self.rope(q.reshape(n, c.n_heads, c.head_dim), pos)
         k = self.rope(k.reshape(n, c.n_kv, c.head_dim), pos)
         v = v.reshape(n, c.n_kv, c.head_dim)
         ck, cv, cp = cache[l]
         ck = np.concatenate([ck, k]) if ck is not None else k
         cv = np.concatenate([cv, v]) if cv is not None else v
         cp = np.concatenate([cp, pos]) if cp is not None else pos
-        cache[l] = (ck, cv, cp)
         window = c.sliding_window if c.layer_types[l] == "sliding_attention" else 0
+        if window > 0:  # keys no later query can see are dropped (long prompts in blocks)
+            keep = cp > pos[-1] - window
+            cache[l] = (ck[keep], cv[keep], cp[keep])
+            seen = cp > pos[0] - window  # what this call's queries can see
+            ck, cv, cp = ck[seen], cv[seen], cp[seen]
+        else:
+            cache[l] = (ck, cv, cp)
+        if kv_only:
+            return None
+        q = (t @ lw["self_attn.q_proj.weight"].T + lw["self_attn.q_proj.bias"])
+        q = self.rope(q.reshape(n, c.n_heads, c.head_dim), pos)
         # visible[i, j]: key j is causal and (if sliding) within the last `window` positions
         diff = pos[:, None] - cp[None, :]
         visible = diff >= 0
@@ -273,15 +281,21 @@ class GptOss:
             dump[f"L{l}.topk_w"] = wts
         return out
 
-    def forward(self, ids, pos0, cache, dump=None):
-        """Runs tokens `ids` at positions pos0.. through the model, extending `cache`."""
+    def forward(self, ids, pos0, cache, dump=None, kv_only_last=False):
+        """Runs tokens `ids` at positions pos0.. through the model, extending `cache`.
+        kv_only_last: only extend the cache (the last layer's keys and values need no
+        attention; returns None), so that a long prompt costs attention for its tail."""
         layers = self.weights()
         ids = np.asarray(ids, dtype=np.int64)
         pos = np.arange(pos0, pos0 + len(ids), dtype=np.int64)
         x = self._embed[ids]
         for l, lw in enumerate(layers):
-            x = x + self.attention(l, lw, self.rmsnorm(x, lw["input_layernorm.weight"]),
-                                   pos, cache)
+            last = l == len(layers) - 1
+            a = self.attention(l, lw, self.rmsnorm(x, lw["input_layernorm.weight"]), pos, cache,
+                               kv_only=kv_only_last and last)
+            if a is None:
+                return None
+            x = x + a
             if dump is not None:
                 dump[f"L{l}.attn_out"] = x
             x = x + self.moe(l, lw, self.rmsnorm(x, lw["post_attention_layernorm.weight"]),
@@ -308,6 +322,10 @@ def main():
     ap.add_argument("--greedy-out", help="write the greedy ids, space-separated")
     ap.add_argument("--dump", help="folder for named intermediates + manifest.json")
     ap.add_argument("--f64", action="store_true", help="compute in float64")
+    ap.add_argument("--tail", type=int, default=0,
+                    help="logits of the last N positions only: the prompt before them goes "
+                    "through in blocks, attention computed only where a later logit needs it "
+                    "(exact when every layer but the last is a sliding-window layer)")
     ap.add_argument("--stats", action="store_true",
                     help="print margins (top1-top2 logit, router top-k boundary) to stderr")
     a = ap.parse_args()
@@ -321,8 +339,15 @@ def main():
         sys.exit("prompt id out of vocab range")
     cache = m.new_cache()
     dump = {} if (a.dump or a.stats) else None
+    start = 0
+    if a.tail:
+        if any(t != "sliding_attention" for t in m.c.layer_types[:-1]):
+            sys.exit("--tail needs every layer but the last to be a sliding-window layer")
+        start = max(len(ids) - a.tail, 0)
+        for b in range(0, start, 1024):
+            m.forward(ids[b:min(b + 1024, start)], b, cache, kv_only_last=True)
     try:
-        logits = m.forward(ids, 0, cache, dump)
+        logits = m.forward(ids[start:], start, cache, dump)
     except (KeyError, ValueError) as e:
         sys.exit(f"error: {e}")
     if a.out:

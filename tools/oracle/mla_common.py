@@ -294,7 +294,7 @@ def load_mla(wts, prefix, d):
     return lw
 
 
-def mla(lw, d, t, pos, cs, cache, key, absorbed):
+def mla(lw, d, t, pos, cs, cache, key, absorbed, kv_only=False):
     """One MLA block on normed input t [n, hidden] at positions pos, extending cache[key].
 
     Expanded form (transformers DeepseekV3Attention.forward / LongcatFlashMLA.forward):
@@ -341,6 +341,8 @@ def mla(lw, d, t, pos, cs, cache, key, absorbed):
         new = (kv[..., :d.nope], kv[..., d.nope:], k_rot, pos)
     ent = new if ent is None else tuple(np.concatenate([a, b]) for a, b in zip(ent, new))
     cache[key] = ent
+    if kv_only:  # a long prompt's prefix: only the keys and values later tokens read
+        return None
     cp = ent[-1]
     visible = cp[None, :] <= pos[:, None]                   # causal
     if absorbed:
@@ -386,6 +388,9 @@ def run_cli(doc, make_model, absorbed_help):
     ap.add_argument("--chunk", type=int, default=0,
                     help="feed the prompt N tokens at a time through the KV cache (0: one pass)")
     ap.add_argument("--absorbed", action="store_true", help=absorbed_help)
+    ap.add_argument("--tail", type=int, default=0,
+                    help="logits of the last N positions only; the prompt before them only "
+                    "fills the cache (exact for one-layer models)")
     ap.add_argument("--stats", action="store_true",
                     help="print margins, routing coverage and tensor accounting to stderr")
     a = ap.parse_args()
@@ -405,7 +410,14 @@ def run_cli(doc, make_model, absorbed_help):
     dump = {} if (a.dump or a.stats) else None
     step = a.chunk if a.chunk > 0 else len(ids)
     parts, dparts = [], []
-    for s in range(0, len(ids), step):
+    start = 0
+    if a.tail:
+        if m.c.n_layers != 1:
+            sys.exit("--tail needs a one-layer model")
+        start = max(len(ids) - a.tail, 0)
+        for s in range(0, start, 4096):
+            m.forward(ids[s:min(s + 4096, start)], s, cache, kv_only_last=True)
+    for s in range(start, len(ids), step):
         d = {} if dump is not None else None
         parts.append(m.forward(ids[s:s + step], s, cache, d))
         dparts.append(d)

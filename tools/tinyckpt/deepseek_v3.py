@@ -56,6 +56,11 @@ PRESETS = {
                  rope=32, v=24, experts=12, groups=4, topk_group=2, topk=3, shared=1,
                  moe_inter=40, inter=200, vocab=384, factor=40.0, orig_ctx=256, mscale=1.0,
                  rsf=2.5),
+    # one MoE layer at the released context (4096 * 40 = 163840): long-position tests
+    "long": dict(hidden=192, layers=1, dense=0, heads=3, q_lora=160, kv_lora=144, nope=32,
+                 rope=32, v=24, experts=12, groups=4, topk_group=2, topk=3, shared=1,
+                 moe_inter=40, inter=200, vocab=384, factor=40.0, orig_ctx=4096, mscale=1.0,
+                 rsf=2.5),
     # 5 heads, rope 48, 2 shared experts, 2 dense layers, mscale 0.707 (V2 style)
     "tiny2": dict(hidden=288, layers=4, dense=2, heads=5, q_lora=136, kv_lora=96, nope=16,
                   rope=48, v=40, experts=16, groups=4, topk_group=2, topk=5, shared=2,
