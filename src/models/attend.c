@@ -71,13 +71,17 @@ static const float *keys_of(const ms_kv *kv, int64_t c0, int n, int64_t off, int
                             float *tile, int64_t *ld)
 {
     if (kv->fmt == MS_KV_F32) {
-        *ld = kv->row;
+        *ld = kv->plane;
         return ms_kv_elems(kv, c0, off);
     }
     const ms_kernel_ops *k = ms_kernels();
-    for (int p = 0; p < n; p++)
-        k->widen(kv->fmt, ms_kv_elems(kv, c0 + p, off), ms_kv_scales(kv, c0 + p, off), kv->group,
-                 dim, tile + (int64_t)p * dim);
+    if (dim == kv->plane) /* the chunk's rows are contiguous: one pass */
+        k->widen(kv->fmt, ms_kv_elems(kv, c0, off), ms_kv_scales(kv, c0, off), kv->group,
+                 (int64_t)n * dim, tile);
+    else
+        for (int p = 0; p < n; p++)
+            k->widen(kv->fmt, ms_kv_elems(kv, c0 + p, off), ms_kv_scales(kv, c0 + p, off),
+                     kv->group, dim, tile + (int64_t)p * dim);
     *ld = dim;
     return tile;
 }

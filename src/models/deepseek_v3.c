@@ -151,6 +151,7 @@ static void describe_layer(deepseek_v3 *m, int l)
     L->mlp = (ms_mlp){.d_model = m->d, .d_ff = m->d_ff};
     m->base.kv_row[l] = ms_mla_kv_row(a);
     m->base.kv_group[l] = ms_mla_kv_group(a);
+    m->base.kv_plane[l] = ms_mla_kv_row(a);
 }
 
 static void bind_layer(deepseek_v3 *m, ms_binder *b, int l)

@@ -81,6 +81,7 @@ typedef struct ms_model {
     int max_batch;
     int64_t *kv_row;          /* [n_layers] elements per position */
     int *kv_group;            /* [n_layers] elements per FP8 scale (a head) */
+    int64_t *kv_plane;        /* [n_layers] elements per plane of the cache (kvcache.h) */
     int64_t *kv_window;       /* [n_layers] 0 = full context, else window */
     ms_expert_store *experts; /* NULL for dense models */
     int prefetch;             /* decode: predict and prefetch the next layer's experts */

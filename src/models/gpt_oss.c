@@ -216,6 +216,7 @@ static void describe_layer(gpt_oss *m, int l, int64_t window)
     e->limit = (float)m->swiglu_limit;
     m->base.kv_row[l] = ms_gqa_kv_row(a);
     m->base.kv_group[l] = a->head_dim;
+    m->base.kv_plane[l] = a->head_dim;
     m->base.kv_window[l] = window;
 }
 

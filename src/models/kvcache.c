@@ -33,16 +33,21 @@ int64_t ms_kv_bytes_per_pos(ms_kvfmt f, int64_t row, int group)
     }
 }
 
-int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int group, ms_err *err)
+int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane, int group,
+                ms_err *err)
 {
     memset(kv, 0, sizeof *kv);
-    if (f == MS_KV_FP8 && (group <= 0 || row % group))
-        return ms_err_set(err, MS_E_ARG, "an fp8 KV row of %lld elements cannot have scale "
-                          "groups of %d", (long long)row, group);
+    if (plane <= 0 || row % plane)
+        return ms_err_set(err, MS_E_ARG, "a KV row of %lld elements cannot have planes of %lld",
+                          (long long)row, (long long)plane);
+    if (f == MS_KV_FP8 && (group <= 0 || plane % group))
+        return ms_err_set(err, MS_E_ARG, "an fp8 KV plane of %lld elements cannot have scale "
+                          "groups of %d", (long long)plane, group);
     static const int size[MS_KV_COUNT] = {4, 2, 1};
     kv->fmt = f;
     kv->cap = cap;
     kv->row = row;
+    kv->plane = plane;
     kv->group = group;
     kv->data = ms_calloc((size_t)(cap * row), (size_t)size[f], "KV cache", err);
     if (!kv->data)
@@ -65,7 +70,21 @@ void ms_kv_free(ms_kv *kv)
     kv->scale = NULL;
 }
 
+static void write_span(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t n);
+
 void ms_kv_write(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t n)
+{
+    while (n > 0) { /* plane by plane */
+        int64_t k = kv->plane - off % kv->plane;
+        k = k < n ? k : n;
+        write_span(kv, pos, off, src, k);
+        off += k;
+        src += k;
+        n -= k;
+    }
+}
+
+static void write_span(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t n)
 {
     void *dst = (void *)ms_kv_elems(kv, pos, off);
     switch (kv->fmt) {

@@ -4,6 +4,10 @@
  * of positions is contiguous, and cap < context only for sliding-window
  * layers (cap >= window + a prefill block + the rewind slack).
  *
+ * A row is stored in planes of `plane` elements (a KV head's key or value,
+ * or an MLA block's [latent | k_rope]), each plane [cap][plane], so that
+ * what one head reads over consecutive positions is contiguous.
+ *
  * f32 is the reference. bf16 rounds each element to nearest even (what the
  * upstream models run with in practice). fp8 stores OCP e4m3fn codes with
  * one float scale per `group` elements (a head, or a part of MLA's latent),
@@ -20,8 +24,9 @@ typedef struct ms_kv {
     void *data;      /* [cap][row] elements of fmt */
     float *scale;    /* MS_KV_FP8: [cap][row / group] */
     int64_t cap, row;
+    int64_t plane;   /* elements per plane; divides row */
     ms_kvfmt fmt;
-    int group;       /* elements per FP8 scale; divides row */
+    int group;       /* elements per FP8 scale; divides plane */
 } ms_kv;
 
 /* Name of a format ("f32", "bf16", "fp8"); ms_kvfmt_parse returns -1 for
@@ -33,23 +38,32 @@ int ms_kvfmt_parse(const char *s, ms_kvfmt *out);
 int64_t ms_kv_bytes_per_pos(ms_kvfmt f, int64_t row, int group);
 
 /* Allocates cap positions (zeroed; pages are touched only when written). */
-int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int group, ms_err *err);
+int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane, int group,
+                ms_err *err);
 void ms_kv_free(ms_kv *kv);
 
 /* Stores n floats at element off of position pos (FP8: off and n on group
  * boundaries). */
 void ms_kv_write(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t n);
 
-/* Element off of position pos, and its FP8 scales. */
+/* Index of element off of position pos in the storage; the elements of a
+ * plane follow each other, and so do a plane's consecutive slots. */
+static inline int64_t ms_kv_index(const ms_kv *kv, int64_t pos, int64_t off)
+{
+    return ((off / kv->plane) * kv->cap + pos % kv->cap) * kv->plane + off % kv->plane;
+}
+
+/* Element off of position pos (the rest of its plane follows it, then the
+ * same plane of the next slot), and its FP8 scales. */
 static inline const void *ms_kv_elems(const ms_kv *kv, int64_t pos, int64_t off)
 {
     static const int size[MS_KV_COUNT] = {4, 2, 1};
-    return (const uint8_t *)kv->data + ((pos % kv->cap) * kv->row + off) * size[kv->fmt];
+    return (const uint8_t *)kv->data + ms_kv_index(kv, pos, off) * size[kv->fmt];
 }
 
 static inline const float *ms_kv_scales(const ms_kv *kv, int64_t pos, int64_t off)
 {
-    return kv->scale ? kv->scale + ((pos % kv->cap) * kv->row + off) / kv->group : 0;
+    return kv->scale ? kv->scale + ms_kv_index(kv, pos, off) / kv->group : 0;
 }
 
 #endif

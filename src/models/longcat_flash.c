@@ -160,6 +160,7 @@ static void describe_layer(longcat *m, int l)
                       .ffn = MS_FFN_SWIGLU};
     m->base.kv_row[l] = 2 * ms_mla_kv_row(&L->attn[0]);
     m->base.kv_group[l] = ms_mla_kv_group(&L->attn[0]);
+    m->base.kv_plane[l] = ms_mla_kv_row(&L->attn[0]);
 }
 
 static void bind_layer(longcat *m, ms_binder *b, int l)

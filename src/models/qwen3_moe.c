@@ -112,6 +112,7 @@ static void describe_layer(qwen3 *m, int l)
     L->mlp.d_ff = m->d_ff_dense;
     m->base.kv_row[l] = ms_gqa_kv_row(a);
     m->base.kv_group[l] = a->head_dim;
+    m->base.kv_plane[l] = a->head_dim;
 }
 
 static void bind_layer(qwen3 *m, ms_binder *b, int l)

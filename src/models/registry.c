@@ -46,7 +46,8 @@ void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *er
     m->kv_row = ms_calloc((size_t)n_layers, sizeof *m->kv_row, "kv table", err);
     m->kv_window = ms_calloc((size_t)n_layers, sizeof *m->kv_window, "kv table", err);
     m->kv_group = ms_calloc((size_t)n_layers, sizeof *m->kv_group, "kv table", err);
-    if (!m->kv_row || !m->kv_window || !m->kv_group) {
+    m->kv_plane = ms_calloc((size_t)n_layers, sizeof *m->kv_plane, "kv table", err);
+    if (!m->kv_row || !m->kv_window || !m->kv_group || !m->kv_plane) {
         ms_model_free(m);
         return NULL;
     }
@@ -84,5 +85,6 @@ void ms_model_free(ms_model *m)
     free(m->kv_row);
     free(m->kv_window);
     free(m->kv_group);
+    free(m->kv_plane);
     free(m);
 }

@@ -35,7 +35,8 @@ static int alloc_kv(ms_session *s, ms_err *err)
         if (w && w + MS_REWIND_SLACK + m->max_batch < cap)
             cap = w + MS_REWIND_SLACK + m->max_batch;
         cap = (cap + MS_ATTN_CHUNK - 1) / MS_ATTN_CHUNK * MS_ATTN_CHUNK;
-        if (ms_kv_alloc(&s->kv[l], s->kv_fmt, cap, m->kv_row[l], m->kv_group[l], err))
+        if (ms_kv_alloc(&s->kv[l], s->kv_fmt, cap, m->kv_row[l], m->kv_plane[l], m->kv_group[l],
+                        err))
             return -1;
     }
     return 0;

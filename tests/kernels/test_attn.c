@@ -225,7 +225,7 @@ static void case_kv_roundtrip(void)
     for (size_t i = 0; i < 3; i++) {
         ms_kv kv;
         ms_err e;
-        CHECK(ms_kv_alloc(&kv, fs[i].f, 128, 128, 64, &e) == 0, "alloc %s", ms_kvfmt_name(fs[i].f));
+        CHECK(ms_kv_alloc(&kv, fs[i].f, 128, 128, 128, 64, &e) == 0, "alloc %s", ms_kvfmt_name(fs[i].f));
         ms_kv_write(&kv, 200, 0, row, 128); /* slot 200 % 128 */
         cur->widen(kv.fmt, ms_kv_elems(&kv, 200, 0), ms_kv_scales(&kv, 200, 0), kv.group, 128,
                    back);
