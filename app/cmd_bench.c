@@ -212,6 +212,11 @@ int cmd_bench(int argc, char **argv)
         snprintf(v, sizeof v, "%.1f ms/token; decode %.2fx floor", 1e3 * per / (bw * 1e9),
                  dec / (per / (bw * 1e9)));
         row("decode floor (bytes / read stream)", v);
+        double kvb = (double)(s2.kv_bytes_read - s1.kv_bytes_read) / (double)o.n;
+        double kvt = (s2.t_attn_kv - s1.t_attn_kv) / (double)o.n;
+        snprintf(v, sizeof v, "%.2f ms/token, %.1f MB/token: %.2fx its floor", 1e3 * kvt,
+                 kvb / 1e6, kvb > 0 ? kvt / (kvb / (bw * 1e9)) : 0.0);
+        row("decode: attention over the KV cache", v);
     }
     ms_expert_info ei;
     if (o.disk && ms_engine_expert_info(eng, &ei) == 0) {

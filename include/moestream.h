@@ -164,6 +164,10 @@ typedef struct ms_stats {
     int64_t n_prefill_tokens, n_decode_tokens;
     double t_prefill, t_decode;          /* seconds of wall time in eval */
     double t_attn, t_experts, t_head, t_other;
+    /* attention over the KV cache (part of t_attn) and the cache bytes it
+     * read: each attended position's keys and values once per row */
+    double t_attn_kv;
+    int64_t kv_bytes_read;
     /* expert store, engine-wide since open */
     int64_t expert_requests, expert_hits, bytes_read;
     int64_t prefetch_predicted, prefetch_correct, prefetch_issued, prefetch_used;

@@ -99,8 +99,15 @@ typedef struct ms_attn_step {
     const float *const *q;     /* [nq] */
     const int *lo, *hi;        /* [nq] */
     float *const *st;          /* [nq]: m, l, then acc (dv floats) */
-    float *s;                  /* scratch: MS_ATTN_CHUNK + 64 floats */
+    float *s;                  /* scratch: ms_attn_scratch(dk) floats */
 } ms_attn_step;
+
+/* Floats of ms_attn_step.s for keys of dk dimensions: scores of a group of
+ * up to 8 queries and the chunk's keys transposed. */
+static inline int64_t ms_attn_scratch(int dk)
+{
+    return 8 * (MS_ATTN_CHUNK + 64) + (int64_t)(dk + 16) * (MS_ATTN_CHUNK + 16);
+}
 
 typedef struct ms_kernel_ops {
     const char *name;                 /* "scalar", "avx2", "avx512" */

@@ -6,187 +6,190 @@
  *   xv_storeu(p, v), xv_store_below(p, k, v)   all lanes / the first k
  *   xv_keep(v, lo, hi, fill)      lanes [lo, hi) of v, the others fill
  *   xv_hmax(v)                    the largest lane
- *   xv_sum_pairs(a, b), xv_sum_quads(a, b), xv_sum_blocks(u[XW / 4])
- *                                 the steps of a transposing reduction: XW
- *                                 vectors in, lane j = vector j's lanes
- *                                 summed in a fixed tree
+ *   xv_transpose(r[XW])           r[j] lane i <-> r[i] lane j
  *   xv_exp(v)                     glibc's libmvec expf of every lane
  *   X_FP8_UNIT                    what x_decode's FP8 values lack (2^8)
  *
- * One query at a time, so that a query's bits never depend on the others:
- *   scores: each key's products q[c] * k[c] in one FMA chain over dk, XW
- *     keys reduced together by xv_sum_lanes, times scale;
+ * Queries that see the same keys (the heads of a KV head, at one position)
+ * go together, up to XA_GROUP: the keys of the chunk are transposed once
+ * (XW keys per vector), then
+ *   scores: for each query, one FMA chain over the dk dimensions, lane j
+ *     holding key j (q[d] broadcast times key column d): no reduction;
  *   weights: exp(s - m') by xv_exp, summed lane-wise in key order and
  *     then by xv_hsum;
- *   values: acc = acc * a plus two chains of one FMA per key (even and
- *     odd keys), added at the end.
- * A query's q stays in registers when dk <= XA_QREG * XW. */
+ *   values: acc = acc * a, then one FMA per key in key order,
+ * up to XA_VQ queries sharing each value load. Every one of these is the
+ * same sequence of operations for a query whatever the group it is in. */
 #ifndef MS_KERNELS_X86_ATTN_H
 #define MS_KERNELS_X86_ATTN_H
 
 #include <math.h>
 
-#define XA_QREG 8 /* query vectors held in registers */
-#define XA_VREG 8 /* accumulator vectors per pass over the values */
+#define XA_GROUP 8 /* queries sharing the transposed keys */
+#define XA_VQ 4    /* queries sharing a value load (XA_VQ * XA_VD accumulators) */
+#define XA_VD 4    /* value vectors per pass */
 
-/* Lanes of q . k (dk columns) to be summed; q in qv[0..nc) when nc > 0
- * (its last vector partial, of kl lanes, when tail), else read from qm.
- * nc and tail are constants where inlined. */
-AI XV xa_dot(const XV *qv, int nc, int tail, int kl, const float *qm, int dk, const float *k)
+/* Keys [base, hi) of the step transposed, XW keys per block: block b holds
+ * kt[(b * dk + d) * XW + j] = k[base + b * XW + j][d]; keys past hi read as
+ * zero. */
+AI void xa_keys_t(const ms_attn_step *a, int base, int hi, float *kt)
 {
-    XV acc = xv_zero();
-    if (nc > 0) {
-#pragma GCC unroll 8
-        for (int c = 0; c < nc; c++)
-            acc = xv_fma(qv[c], tail && c == nc - 1 ? xv_load_below(k + c * XW, kl)
-                                                    : xv_loadu(k + c * XW), acc);
-        return acc;
-    }
-    int last = (dk - 1) / XW;
-    for (int c = 0; c < last; c++)
-        acc = xv_fma(xv_loadu(qm + c * XW), xv_loadu(k + c * XW), acc);
-    return xv_fma(xv_load_below(qm + last * XW, dk - last * XW),
-                  xv_load_below(k + last * XW, dk - last * XW), acc);
+    int dk = a->dk;
+    for (int p0 = base, b = 0; p0 < hi; p0 += XW, b++)
+        for (int c = 0; c < dk; c += XW) {
+            XV r[XW];
+#pragma GCC unroll 16
+            for (int j = 0; j < XW; j++)
+                r[j] = p0 + j < hi ? xv_load_below(a->k + (int64_t)(p0 + j) * a->ldk + c, dk - c)
+                                   : xv_zero();
+            xv_transpose(r);
+            float *o = kt + ((int64_t)b * dk + c) * XW;
+            int nd = dk - c < XW ? dk - c : XW;
+#pragma GCC unroll 16
+            for (int j = 0; j < XW; j++)
+                if (j < nd)
+                    xv_storeu(o + j * XW, r[j]);
+        }
 }
 
-/* The XW scores of keys p0 .. p0 + XW - 1, lane j = q . k_(p0+j) summed
- * by the transposing reduction, folded as the keys come so that few
- * vectors are live; keys outside [lo, hi) are skipped (zero lanes). */
-AI XV xa_scores(const ms_attn_step *a, const XV *qv, int nc, int tail, int kl, const float *q,
-                int p0, int lo, int hi)
+/* The scores of keys [base, hi) for m (a constant where inlined) queries
+ * q[0..m) into s[w] (relative to base), masked to [lo, hi) with -inf;
+ * their maxima into vmax[w]. */
+AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const float *kt,
+                  int base, int lo, int hi, float *const *s, XV *vmax)
 {
-    XV u[XW / 4];
-    const float *k = a->k + (int64_t)p0 * a->ldk;
-    int full = p0 >= lo && p0 + XW <= hi;
+    int dk = a->dk;
+    XV sc = xv_set1(a->scale);
+    for (int p0 = base, b = 0; p0 < hi; p0 += XW, b++) {
+        const float *kb = kt + (int64_t)b * dk * XW;
+        XV acc[XA_GROUP];
 #pragma GCC unroll 8
-    for (int j = 0; j < XW / 2; j++) {
-        int p = p0 + 2 * j;
-        const float *k0 = k + 2 * j * a->ldk, *k1 = k0 + a->ldk;
-        XV d0 = full || (p >= lo && p < hi) ? xa_dot(qv, nc, tail, kl, q, a->dk, k0) : xv_zero();
-        XV d1 = full || (p + 1 >= lo && p + 1 < hi) ? xa_dot(qv, nc, tail, kl, q, a->dk, k1)
-                                                    : xv_zero();
-        XV t = xv_sum_pairs(d0, d1);
-        /* pairs (2j, 2j + 1) and (2j + 2, 2j + 3) make quad j / 2 */
-        u[j / 2] = j % 2 == 0 ? t : xv_sum_quads(u[j / 2], t);
-    }
-    return xv_sum_blocks(u);
-}
-
-/* acc[0, nd * XW) (of which `left` lanes are real) = acc * al + the sum
- * over keys [lo, hi) of e[p - base] * v_p, in registers: even and odd keys
- * in two chains (the FMA latency, not the loads, bounds one chain), added
- * at the end. nd and tail (the last vector partial) are constants where
- * inlined, so that nothing but the values touches memory in the loop. */
-AI XV xa_vload(const float *p, int c, int nd, int tail, int kl)
-{
-    return tail && c == nd - 1 ? xv_load_below(p + c * XW, kl) : xv_loadu(p + c * XW);
-}
-
-AI void xa_values(const ms_attn_step *a, float *acc, int d0, int nd, int tail, int left, XV al,
-                  const float *e, int base, int lo, int hi)
-{
-    XV r0[XA_VREG], r1[XA_VREG];
-    int kl = left - (nd - 1) * XW; /* lanes of the last vector */
+        for (int w = 0; w < m; w++)
+            acc[w] = xv_zero();
+        for (int d = 0; d < dk; d++) {
+            XV kv = xv_loadu(kb + d * XW);
 #pragma GCC unroll 8
-    for (int c = 0; c < nd; c++) {
-        r0[c] = xv_mul(xa_vload(acc + d0, c, nd, tail, kl), al);
-        r1[c] = xv_zero();
-    }
-    int p = lo;
-    for (; p + 1 < hi; p += 2) {
-        XV w0 = xv_set1(e[p - base]), w1 = xv_set1(e[p + 1 - base]);
-        const float *v0 = a->v + (int64_t)p * a->ldv + d0, *v1 = v0 + a->ldv;
+            for (int w = 0; w < m; w++)
+                acc[w] = xv_fma(xv_set1(q[w][d]), kv, acc[w]);
+        }
 #pragma GCC unroll 8
-        for (int c = 0; c < nd; c++) {
-            r0[c] = xv_fma(w0, xa_vload(v0, c, nd, tail, kl), r0[c]);
-            r1[c] = xv_fma(w1, xa_vload(v1, c, nd, tail, kl), r1[c]);
+        for (int w = 0; w < m; w++) {
+            XV v = xv_mul(acc[w], sc);
+            if (p0 < lo || p0 + XW > hi)
+                v = xv_keep(v, lo - p0, hi - p0, -INFINITY);
+            xv_storeu(s[w] + (p0 - base), v);
+            vmax[w] = xv_max(vmax[w], v);
         }
     }
-    if (p < hi) {
-        XV w0 = xv_set1(e[p - base]);
-        const float *v0 = a->v + (int64_t)p * a->ldv + d0;
-#pragma GCC unroll 8
-        for (int c = 0; c < nd; c++)
-            r0[c] = xv_fma(w0, xa_vload(v0, c, nd, tail, kl), r0[c]);
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < nd; c++) {
-        XV r = xv_add(r0[c], r1[c]);
-        if (tail && c == nd - 1)
-            xv_store_below(acc + d0 + c * XW, kl, r);
-        else
-            xv_storeu(acc + d0 + c * XW, r);
-    }
 }
 
-/* Query i of the step; nc and tail as in xa_dot (constants where
- * inlined). */
-AI void xa_query(const ms_attn_step *a, int i, int nc, int tail)
+/* acc[w][d0, d0 + XA_VD * XW) (of which `left` lanes are real, all when
+ * !tail) = acc * al[w] + sum over keys [lo, hi) of e[w][p - base] * v_p,
+ * for m (<= XA_VQ) queries sharing the value loads; m and tail are
+ * constants where inlined. */
+AI XV xa_vload(const float *p, int c, int tail, int left)
 {
-    const float *q = a->q[i];
-    int lo = a->lo[i], hi = a->hi[i], dk = a->dk, base = lo - lo % XW;
-    int kl = dk - (nc - 1) * XW;
-    XV qv[XA_QREG];
-#pragma GCC unroll 8
-    for (int c = 0; c < nc; c++)
-        qv[c] = tail && c == nc - 1 ? xv_load_below(q + c * XW, kl) : xv_loadu(q + c * XW);
-    float *s = a->s;
-    XV vmax = xv_set1(-INFINITY), sc = xv_set1(a->scale);
-    for (int p0 = base; p0 < hi; p0 += XW) {
-        XV v = xv_mul(xa_scores(a, qv, nc, tail, kl, q, p0, lo, hi), sc);
-        if (p0 < lo || p0 + XW > hi)
-            v = xv_keep(v, lo - p0, hi - p0, -INFINITY);
-        xv_storeu(s + (p0 - base), v);
-        vmax = xv_max(vmax, v);
+    return tail ? xv_load_below(p + c * XW, left - c * XW) : xv_loadu(p + c * XW);
+}
+
+AI void xa_values(const ms_attn_step *a, int m, int tail, float *const *acc, int d0, int left,
+                  const float *al, float *const *e, int base, int lo, int hi)
+{
+    XV r[XA_VQ][XA_VD];
+#pragma GCC unroll 4
+    for (int w = 0; w < m; w++)
+#pragma GCC unroll 4
+        for (int c = 0; c < XA_VD; c++)
+            r[w][c] = xv_mul(xa_vload(acc[w] + d0, c, tail, left), xv_set1(al[w]));
+    for (int p = lo; p < hi; p++) {
+        const float *v = a->v + (int64_t)p * a->ldv + d0;
+        XV x[XA_VD];
+#pragma GCC unroll 4
+        for (int c = 0; c < XA_VD; c++)
+            x[c] = xa_vload(v, c, tail, left);
+#pragma GCC unroll 4
+        for (int w = 0; w < m; w++) {
+            XV ew = xv_set1(e[w][p - base]);
+#pragma GCC unroll 4
+            for (int c = 0; c < XA_VD; c++)
+                r[w][c] = xv_fma(ew, x[c], r[w][c]);
+        }
     }
-    float *st = a->st[i], *acc = st + 2;
-    float mc = xv_hmax(vmax), mold = st[0];
-    float m = mold > mc ? mold : mc;
-    float alpha = expf(mold - m);
-    XV mv = xv_set1(m), lsum = xv_zero();
-    for (int p0 = base; p0 < hi; p0 += XW) {
-        XV e = xv_exp(xv_sub(xv_loadu(s + (p0 - base)), mv));
-        if (p0 < lo || p0 + XW > hi)
-            e = xv_keep(e, lo - p0, hi - p0, 0.0f);
-        xv_storeu(s + (p0 - base), e);
-        lsum = xv_add(lsum, e);
+#pragma GCC unroll 4
+    for (int w = 0; w < m; w++)
+#pragma GCC unroll 4
+        for (int c = 0; c < XA_VD; c++) {
+            if (tail)
+                xv_store_below(acc[w] + d0 + c * XW, left - c * XW, r[w][c]);
+            else
+                xv_storeu(acc[w] + d0 + c * XW, r[w][c]);
+        }
+}
+
+/* Queries i0 .. i0 + m - 1 of the step, which all see keys [lo, hi). */
+static void xa_group(const ms_attn_step *a, int i0, int m)
+{
+    int lo = a->lo[i0], hi = a->hi[i0], base = lo - lo % XW;
+    float *kt = a->s + XA_GROUP * (MS_ATTN_CHUNK + 64);
+    xa_keys_t(a, base, hi, kt);
+    const float *q[XA_GROUP];
+    float *s[XA_GROUP], *acc[XA_GROUP], al[XA_GROUP];
+    XV vmax[XA_GROUP];
+    for (int w = 0; w < m; w++) {
+        q[w] = a->q[i0 + w];
+        s[w] = a->s + w * (MS_ATTN_CHUNK + 64);
+        acc[w] = a->st[i0 + w] + 2;
+        vmax[w] = xv_set1(-INFINITY);
     }
-    st[1] = alpha * st[1] + xv_hsum(lsum);
-    st[0] = m;
-    XV al = xv_set1(alpha);
-    for (int d0 = 0; d0 < a->dv; d0 += XA_VREG * XW) {
-        int left = a->dv - d0, nd = (left + XW - 1) / XW;
-        left = nd < XA_VREG ? left : XA_VREG * XW;
-#define XA_V(N)                                                                      \
-    case N:                                                                          \
-        if (left % XW)                                                               \
-            xa_values(a, acc, d0, N, 1, left, al, s, base, lo, hi);                  \
+    switch (m) {
+#define XA_S(M)                                                                      \
+    case M: xa_scores(a, M, q, kt, base, lo, hi, s, vmax); break;
+    XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
+#undef XA_S
+    }
+    for (int w = 0; w < m; w++) {
+        float *st = a->st[i0 + w];
+        float mc = xv_hmax(vmax[w]), mold = st[0];
+        float mx = mold > mc ? mold : mc;
+        float alpha = expf(mold - mx);
+        XV mv = xv_set1(mx), lsum = xv_zero();
+        for (int p0 = base; p0 < hi; p0 += XW) {
+            XV e = xv_exp(xv_sub(xv_loadu(s[w] + (p0 - base)), mv));
+            if (p0 < lo || p0 + XW > hi)
+                e = xv_keep(e, lo - p0, hi - p0, 0.0f);
+            xv_storeu(s[w] + (p0 - base), e);
+            lsum = xv_add(lsum, e);
+        }
+        st[1] = alpha * st[1] + xv_hsum(lsum);
+        st[0] = mx;
+        al[w] = alpha;
+    }
+    for (int d0 = 0; d0 < a->dv; d0 += XA_VD * XW) {
+        int left = a->dv - d0, tail = left < XA_VD * XW;
+        for (int w = 0; w < m; w += XA_VQ) {
+            int mw = m - w < XA_VQ ? m - w : XA_VQ;
+#define XA_V(M)                                                                      \
+    case M:                                                                          \
+        if (tail)                                                                    \
+            xa_values(a, M, 1, acc + w, d0, left, al + w, s + w, base, lo, hi);      \
         else                                                                         \
-            xa_values(a, acc, d0, N, 0, left, al, s, base, lo, hi);                  \
+            xa_values(a, M, 0, acc + w, d0, left, al + w, s + w, base, lo, hi);      \
         break;
-        switch (nd < XA_VREG ? nd : XA_VREG) {
-        XA_V(1) XA_V(2) XA_V(3) XA_V(4) XA_V(5) XA_V(6) XA_V(7) XA_V(8)
-        }
+            switch (mw) { XA_V(1) XA_V(2) XA_V(3) XA_V(4) }
 #undef XA_V
+        }
     }
 }
 
+/* Consecutive queries with the same keys go as one group. */
 static void attn_x(const ms_attn_step *a)
 {
-    int nc = (a->dk + XW - 1) / XW, tail = a->dk % XW != 0;
-    for (int i = 0; i < a->nq; i++) {
-#define XA_Q(N)                                                                      \
-        case N:                                                                      \
-            if (tail)                                                                \
-                xa_query(a, i, N, 1);                                                \
-            else                                                                     \
-                xa_query(a, i, N, 0);                                                \
-            break;
-        switch (nc > XA_QREG ? 0 : nc) {
-        XA_Q(1) XA_Q(2) XA_Q(3) XA_Q(4) XA_Q(5) XA_Q(6) XA_Q(7) XA_Q(8)
-#undef XA_Q
-        default: xa_query(a, i, 0, 0); break;
-        }
+    for (int i = 0; i < a->nq;) {
+        int m = 1;
+        while (i + m < a->nq && m < XA_GROUP && a->lo[i + m] == a->lo[i] && a->hi[i + m] == a->hi[i])
+            m++;
+        xa_group(a, i, m);
+        i += m;
     }
 }
 

@@ -185,6 +185,28 @@ AI __m256 xv_sum_blocks(const __m256 *u)
     return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20),
                          _mm256_permute2f128_ps(u[0], u[1], 0x31));
 }
+/* r[j] lane i <-> r[i] lane j: pairs, quads, then 128-bit halves */
+AI void xv_transpose(__m256 *r)
+{
+    __m256 t[8], u[8];
+#pragma GCC unroll 16
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+#pragma GCC unroll 16
+    for (int k = 0; k < 2; k++) {
+        u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
 #define X_FP8_UNIT 256.0f
 
 #include "kernels/x86_attn.h"

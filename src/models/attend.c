@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/pool.h"
 
 enum {
@@ -86,6 +87,19 @@ static const float *keys_of(const ms_kv *kv, int64_t c0, int n, int64_t off, int
     return tile;
 }
 
+/* Asks for a chunk's keys (or values) of one head ahead of their use: a
+ * chunk is computed in bursts, too short for the hardware prefetcher. */
+static void prefetch_plane(const ms_kv *kv, int64_t c0, int64_t off, int dim)
+{
+    static const int size[MS_KV_COUNT] = {4, 2, 1};
+    const char *p = ms_kv_elems(kv, c0, off);
+    int64_t bytes = (int64_t)MS_ATTN_CHUNK * dim * size[kv->fmt];
+    if (dim != kv->plane)
+        return; /* rows not contiguous: leave it to the hardware */
+    for (int64_t b = 0; b < bytes; b += 64)
+        __builtin_prefetch(p + b, 0, 3);
+}
+
 static void item_task(void *ctx, int64_t it, int worker)
 {
     const pass *p = ctx;
@@ -139,6 +153,11 @@ static void item_task(void *ctx, int64_t it, int worker)
         }
         if (!nq)
             continue;
+        if (c < c_last) { /* the next chunk streams in while this one computes */
+            prefetch_plane(kv, c0 + MS_ATTN_CHUNK, a->k_off + kvh * a->k_step, a->dk);
+            if (!v_in_k)
+                prefetch_plane(kv, c0 + MS_ATTN_CHUNK, a->v_off + kvh * a->v_step, a->dv);
+        }
         int64_t ldk, ldv;
         const float *k = keys_of(kv, c0, n, a->k_off + kvh * a->k_step, a->dk, ktile, &ldk);
         const float *v = v_in_k ? k : keys_of(kv, c0, n, a->v_off + kvh * a->v_step, a->dv,
@@ -180,12 +199,25 @@ static void merge_task(void *ctx, int64_t i, int worker)
         o[d] *= inv;
 }
 
+/* Cache bytes row t reads: its positions' keys and values of every KV head. */
+static int64_t row_bytes(const ms_attend *a, const ms_kv *kv, int64_t pos)
+{
+    int v_in_k = a->v_off == a->k_off && a->v_step == a->k_step && a->dv <= a->dk;
+    int64_t per = ms_kv_bytes_per_pos(kv->fmt, a->dk, kv->group < a->dk ? kv->group : a->dk);
+    if (!v_in_k)
+        per += ms_kv_bytes_per_pos(kv->fmt, a->dv, kv->group < a->dv ? kv->group : a->dv);
+    return (pos - row_lo(a, pos) + 1) * per * a->n_kv_heads;
+}
+
 int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *q, int64_t ldq,
                    float *out, int64_t ldo, ms_err *err)
 {
+    double t0 = ms_now();
     int64_t n = f->n, max_pos = 0;
-    for (int64_t t = 0; t < n; t++)
+    for (int64_t t = 0; t < n; t++) {
         max_pos = ms_fwd_pos(f, t) > max_pos ? ms_fwd_pos(f, t) : max_pos;
+        f->timers->kv_bytes += row_bytes(a, ms_fwd_kv(f, layer, t), ms_fwd_pos(f, t));
+    }
     int threads = ms_pool_threads(), g = a->n_heads / a->n_kv_heads;
     int64_t n_spans = max_pos / MS_ATTN_SPAN + 1, st = 2 + a->dv;
     int64_t per_row = (int64_t)a->n_heads * n_spans * st;
@@ -193,7 +225,7 @@ int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *
     rows = rows < 1 ? 1 : rows > n ? n : rows;
     pass p = {.a = a, .f = f, .layer = layer, .q = q, .ldq = ldq, .out = out, .ldo = ldo,
               .block = f->n_seq > 1 ? 1 : ROW_BLOCK, .n_spans = n_spans};
-    p.work_floats = MS_ATTN_CHUNK * ((int64_t)a->dk + a->dv) + MS_ATTN_CHUNK + 64;
+    p.work_floats = MS_ATTN_CHUNK * ((int64_t)a->dk + a->dv) + ms_attn_scratch(a->dk);
     float *buf = ms_scratch_get(f->scratch, rows * per_row + threads * p.work_floats, err);
     if (!buf)
         return -1;
@@ -214,5 +246,6 @@ int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *
         ms_pool_run((int64_t)p.n_blocks * a->n_kv_heads * p.n_groups * n_spans, item_task, &p);
         ms_pool_run(p.nt * a->n_heads, merge_task, &p);
     }
+    f->timers->attn_kv += ms_now() - t0;
     return 0;
 }

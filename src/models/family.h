@@ -34,6 +34,8 @@ float *ms_scratch_get(ms_scratch *s, int64_t n, ms_err *err);
 
 typedef struct ms_timers {
     double attn, experts, head, other;   /* seconds */
+    double attn_kv;                      /* of attn: over the KV cache */
+    int64_t kv_bytes;                    /* cache bytes attended (attend.h) */
 } ms_timers;
 
 /* One forward call: n consecutive positions pos0..pos0+n-1 of one sequence

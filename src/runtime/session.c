@@ -286,6 +286,8 @@ void ms_session_stats(const ms_session *s, ms_stats *out)
     out->t_experts = s->timers.experts;
     out->t_head = s->timers.head;
     out->t_other = s->timers.other;
+    out->t_attn_kv = s->timers.attn_kv;
+    out->kv_bytes_read = s->timers.kv_bytes;
     const ms_expert_store *st = s->eng->model->experts;
     if (st) {
         ms_expert_stats e;

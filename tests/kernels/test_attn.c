@@ -47,7 +47,7 @@ static void run_query(const qcase *c, const float *q, const float *K, const floa
     memset(st + 1, 0, (size_t)(1 + c->dv) * sizeof(float));
     for (int i = 0; i < others; i++)
         ost[i * (2 + c->dv)] = -INFINITY;
-    float sbuf[MS_ATTN_CHUNK + 64];
+    float *sbuf = malloc((size_t)ms_attn_scratch(c->dk) * sizeof(float));
     for (int c0 = 0; c0 < c->hi; c0 += MS_ATTN_CHUNK) {
         int n = c->hi - c0 < MS_ATTN_CHUNK ? c->hi - c0 : MS_ATTN_CHUNK;
         int lo = c->lo > c0 ? c->lo - c0 : 0;
@@ -73,6 +73,7 @@ static void run_query(const qcase *c, const float *q, const float *K, const floa
         cur->attn(&a);
     }
     free(ost);
+    free(sbuf);
 }
 
 static double check_query(const qcase *c, int others, int corrupt)
