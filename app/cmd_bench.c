@@ -196,6 +196,10 @@ int cmd_bench(int argc, char **argv)
              o.context ? " (synthetic context before the prompt)" : "");
     row("KV cache", v);
     print_phase("prefill", o.prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
+    double pkv = s1.t_attn_kv - s0.t_attn_kv, pt = s1.t_prefill - s0.t_prefill;
+    snprintf(v, sizeof v, "%.2f ms/token (%.0f%% of prefill)", 1e3 * pkv / (double)o.prompt,
+             pt > 0 ? 100 * pkv / pt : 0.0);
+    row("  prefill: attention over the KV cache", v);
     print_phase("decode", o.n, s2.t_decode - s1.t_decode, &s1, &s2);
     double busy = s2.t_attn + s2.t_experts + s2.t_head + s2.t_other;
     snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,

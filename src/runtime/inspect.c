@@ -40,11 +40,15 @@ static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
         else
             full += m->kv_row[l] * 4;
     }
-    fprintf(out, "KV cache: %lld bytes/token (full-attention layers)", (long long)full);
+    int64_t half = ms_kv_bytes_per_token(m, MS_KV_BF16), quarter = ms_kv_bytes_per_token(m, MS_KV_FP8);
+    fprintf(out, "KV cache: %lld bytes/token in f32 (full-attention layers; bf16 %lld, fp8 %lld)",
+            (long long)full, (long long)half, (long long)quarter);
     if (win)
         fprintf(out, " + %lld bytes/token on sliding layers, bounded by their window",
                 (long long)win);
-    fprintf(out, "\n");
+    fprintf(out, "\nKV cache at the model's %lld-token context: %.2f GB f32, %.2f GB bf16, "
+            "%.2f GB fp8\n", (long long)m->max_ctx, (double)full * (double)m->max_ctx / 1e9,
+            (double)half * (double)m->max_ctx / 1e9, (double)quarter * (double)m->max_ctx / 1e9);
 }
 
 int ms_inspect(const char *model_dir, FILE *out, ms_error *err)
