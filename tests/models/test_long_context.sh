@@ -62,6 +62,12 @@ done
 # --- long sequences against the oracles -----------------------------------------------------
 N=66000   # past 65,536 and far past original_max_position_embeddings (4096)
 TAIL=8
+case "${MS_BUILD:-build}" in
+  *asan*) # each 66,000-token prefill takes minutes under the sanitizers: a shorter
+          # sequence (still two spans and past 4096) checks the same code for memory errors
+    N=5000
+    echo "SKIP long_context_past_65536: under ASan the sequences are $N tokens (the plain run goes past 65,536)" ;;
+esac
 # NAME DIR ORACLE VOCAB SEED [full]: the tail's logits against the oracle;
 # with "full" also the decode after the prompt, feeding in blocks, and the
 # KV formats (each run is a 66000-token prefill: the MLA case runs once)
@@ -76,14 +82,14 @@ long_case() {
     fail ${name}_logits "$(tail -2 "$W/err")"; return
   fi
   tail -c $((TAIL * V * 4)) "$W/$name.all.f32" >"$W/$name.f32"
-  check ${name}_logits_past_65536 $PY tools/oracle/compare.py "$W/$name.f32" "$W/$name.oracle.f32" --vocab "$V"
+  check ${name}_logits_at_the_tail $PY tools/oracle/compare.py "$W/$name.f32" "$W/$name.oracle.f32" --vocab "$V"
   [ -n "$full" ] || return
   "$BIN" run "$C" --prompt-ids "$W/$name.ids" -n 4 --temp 0 --ids --ignore-eos --ctx $((N + 8)) \
     >"$W/$name.greedy" 2>"$W/err"
   if same_ids "$W/$name.greedy" "$W/$name.oracle.greedy"; then
-    pass ${name}_decode_after_66000
+    pass ${name}_decode_after_prompt
   else
-    fail ${name}_decode_after_66000 "got $(cat "$W/$name.greedy") want $(cat "$W/$name.oracle.greedy") $(tail -1 "$W/err")"
+    fail ${name}_decode_after_prompt "got $(cat "$W/$name.greedy") want $(cat "$W/$name.oracle.greedy") $(tail -1 "$W/err")"
   fi
   "$BIN" logits "$C" --prompt-ids "$W/$name.ids" --out "$W/$name.feed.f32" --ctx $((N + 8)) --feed 1000 \
     2>/dev/null
