@@ -100,6 +100,12 @@ typedef struct ms_attn_step {
     const int *lo, *hi;        /* [nq] */
     float *const *st;          /* [nq]: m, l, then acc (dv floats) */
     float *s;                  /* scratch: ms_attn_scratch(dk) floats */
+    /* memory the caller reads next (the next chunk's keys and values, or
+     * NULL): asked for a few lines at a time through this step's arithmetic,
+     * so that it arrives while the step computes (a hint; no result
+     * depends on it) */
+    const char *next[2];
+    int64_t next_bytes[2];
 } ms_attn_step;
 
 /* Floats of ms_attn_step.s for keys of dk dimensions: scores of a group of

@@ -52,11 +52,28 @@ AI void xa_keys_t(const ms_attn_step *a, int base, int hi, float *kt)
         }
 }
 
+/* The prefetch cursor over a step's `next` regions. */
+typedef struct xa_pf {
+    const char *p[2];
+    int64_t left[2];
+} xa_pf;
+
+/* Asks for the next 64-byte line of the regions, if any is left. */
+AI void xa_prefetch(xa_pf *f)
+{
+    int r = f->left[0] > 0 ? 0 : f->left[1] > 0 ? 1 : -1;
+    if (r < 0)
+        return;
+    _mm_prefetch(f->p[r], _MM_HINT_T0);
+    f->p[r] += 64;
+    f->left[r] -= 64;
+}
+
 /* The scores of keys [base, hi) for m (a constant where inlined) queries
  * q[0..m) into s[w] (relative to base), masked to [lo, hi) with -inf;
  * their maxima into vmax[w]. */
 AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const float *kt,
-                  int base, int lo, int hi, float *const *s, XV *vmax)
+                  int base, int lo, int hi, float *const *s, XV *vmax, xa_pf *pf)
 {
     int dk = a->dk;
     XV sc = xv_set1(a->scale);
@@ -67,6 +84,8 @@ AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const flo
         for (int w = 0; w < m; w++)
             acc[w] = xv_zero();
         for (int d = 0; d < dk; d++) {
+            xa_prefetch(pf);
+            xa_prefetch(pf);
             XV kv = xv_loadu(kb + d * XW);
 #pragma GCC unroll 8
             for (int w = 0; w < m; w++)
@@ -127,7 +146,7 @@ AI void xa_values(const ms_attn_step *a, int m, int tail, float *const *acc, int
 }
 
 /* Queries i0 .. i0 + m - 1 of the step, which all see keys [lo, hi). */
-static void xa_group(const ms_attn_step *a, int i0, int m)
+static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf)
 {
     int lo = a->lo[i0], hi = a->hi[i0], base = lo - lo % XW;
     float *kt = a->s + XA_GROUP * (MS_ATTN_CHUNK + 64);
@@ -143,7 +162,7 @@ static void xa_group(const ms_attn_step *a, int i0, int m)
     }
     switch (m) {
 #define XA_S(M)                                                                      \
-    case M: xa_scores(a, M, q, kt, base, lo, hi, s, vmax); break;
+    case M: xa_scores(a, M, q, kt, base, lo, hi, s, vmax, pf); break;
     XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
 #undef XA_S
     }
@@ -184,11 +203,13 @@ static void xa_group(const ms_attn_step *a, int i0, int m)
 /* Consecutive queries with the same keys go as one group. */
 static void attn_x(const ms_attn_step *a)
 {
+    xa_pf pf = {{a->next[0], a->next[1]},
+                {a->next[0] ? a->next_bytes[0] : 0, a->next[1] ? a->next_bytes[1] : 0}};
     for (int i = 0; i < a->nq;) {
         int m = 1;
         while (i + m < a->nq && m < XA_GROUP && a->lo[i + m] == a->lo[i] && a->hi[i + m] == a->hi[i])
             m++;
-        xa_group(a, i, m);
+        xa_group(a, i, m, &pf);
         i += m;
     }
 }

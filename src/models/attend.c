@@ -87,17 +87,14 @@ static const float *keys_of(const ms_kv *kv, int64_t c0, int n, int64_t off, int
     return tile;
 }
 
-/* Asks for a chunk's keys (or values) of one head ahead of their use: a
- * chunk is computed in bursts, too short for the hardware prefetcher. */
-static void prefetch_plane(const ms_kv *kv, int64_t c0, int64_t off, int dim)
+/* Where a chunk's keys (or values) of one head lie, for the kernel to ask
+ * for ahead of their use (a chunk is read in bursts too short for the
+ * hardware prefetcher); NULL when its rows are not contiguous. */
+static const char *chunk_bytes(const ms_kv *kv, int64_t c0, int64_t off, int dim, int64_t *bytes)
 {
     static const int size[MS_KV_COUNT] = {4, 2, 1};
-    const char *p = ms_kv_elems(kv, c0, off);
-    int64_t bytes = (int64_t)MS_ATTN_CHUNK * dim * size[kv->fmt];
-    if (dim != kv->plane)
-        return; /* rows not contiguous: leave it to the hardware */
-    for (int64_t b = 0; b < bytes; b += 64)
-        __builtin_prefetch(p + b, 0, 3);
+    *bytes = (int64_t)MS_ATTN_CHUNK * dim * size[kv->fmt];
+    return dim == kv->plane ? ms_kv_elems(kv, c0, off) : NULL;
 }
 
 static void item_task(void *ctx, int64_t it, int worker)
@@ -153,11 +150,6 @@ static void item_task(void *ctx, int64_t it, int worker)
         }
         if (!nq)
             continue;
-        if (c < c_last) { /* the next chunk streams in while this one computes */
-            prefetch_plane(kv, c0 + MS_ATTN_CHUNK, a->k_off + kvh * a->k_step, a->dk);
-            if (!v_in_k)
-                prefetch_plane(kv, c0 + MS_ATTN_CHUNK, a->v_off + kvh * a->v_step, a->dv);
-        }
         int64_t ldk, ldv;
         const float *k = keys_of(kv, c0, n, a->k_off + kvh * a->k_step, a->dk, ktile, &ldk);
         const float *v = v_in_k ? k : keys_of(kv, c0, n, a->v_off + kvh * a->v_step, a->dv,
@@ -167,6 +159,13 @@ static void item_task(void *ctx, int64_t it, int worker)
         ms_attn_step step = {.nq = nq, .n = n, .dk = a->dk, .dv = a->dv, .scale = a->scale,
                              .k = k, .v = v, .ldk = ldk, .ldv = ldv, .q = qs, .lo = los,
                              .hi = his, .st = sts, .s = sbuf};
+        if (c < c_last) { /* the next chunk streams in while this one computes */
+            step.next[0] = chunk_bytes(kv, c0 + MS_ATTN_CHUNK, a->k_off + kvh * a->k_step,
+                                       a->dk, &step.next_bytes[0]);
+            if (!v_in_k)
+                step.next[1] = chunk_bytes(kv, c0 + MS_ATTN_CHUNK, a->v_off + kvh * a->v_step,
+                                           a->dv, &step.next_bytes[1]);
+        }
         ms_kernels()->attn(&step);
     }
 }
