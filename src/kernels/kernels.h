@@ -95,7 +95,8 @@ typedef struct ms_attn_step {
     int nq, n, dk, dv;
     float scale;
     const float *k, *v;        /* key p at k + p * ldk, value p at v + p * ldv */
-    int64_t ldk, ldv;
+    int64_t ldk, ldv;          /* in elements */
+    int bf16;                  /* k and v point at bf16 elements, widened as read */
     const float *const *q;     /* [nq] */
     const int *lo, *hi;        /* [nq] */
     float *const *st;          /* [nq]: m, l, then acc (dv floats) */

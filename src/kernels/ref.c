@@ -119,6 +119,13 @@ static uint64_t stream_ref(const void *p, int64_t bytes)
     return a ^ b ^ c ^ d;
 }
 
+/* Element j of row p of the step's keys or values (f32 or bf16). */
+static float kv_at(const ms_attn_step *a, const float *base, int64_t ld, int p, int j)
+{
+    int64_t i = p * ld + j;
+    return a->bf16 ? ms_bf16_to_f32(ms_load_u16(base, i)) : ms_load_f32(base, i);
+}
+
 /* The step of ms_attn_step, one query at a time, every sum in key order. */
 static void attn_ref(const ms_attn_step *a)
 {
@@ -126,7 +133,10 @@ static void attn_ref(const ms_attn_step *a)
         const float *q = a->q[i];
         float *s = a->s, *st = a->st[i], *acc = st + 2, mc = -INFINITY;
         for (int p = a->lo[i]; p < a->hi[i]; p++) {
-            s[p] = dot_ref(q, a->k + p * a->ldk, a->dk) * a->scale;
+            float d = 0.0f;
+            for (int j = 0; j < a->dk; j++)
+                d += q[j] * kv_at(a, a->k, a->ldk, p, j);
+            s[p] = d * a->scale;
             mc = s[p] > mc ? s[p] : mc;
         }
         float m = st[0] > mc ? st[0] : mc;
@@ -140,7 +150,8 @@ static void attn_ref(const ms_attn_step *a)
         for (int d = 0; d < a->dv; d++)
             acc[d] *= alpha;
         for (int p = a->lo[i]; p < a->hi[i]; p++)
-            axpy_ref(s[p], a->v + p * a->ldv, acc, a->dv);
+            for (int j = 0; j < a->dv; j++)
+                acc[j] += s[p] * kv_at(a, a->v, a->ldv, p, j);
     }
 }
 

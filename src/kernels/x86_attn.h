@@ -8,6 +8,7 @@
  *   xv_hmax(v)                    the largest lane
  *   xv_transpose(r[XW])           r[j] lane i <-> r[i] lane j
  *   xv_exp(v)                     glibc's libmvec expf of every lane
+ *   xv_load_bf16_below(p, k)      the first k bf16 elements at p, widened
  *   X_FP8_UNIT                    what x_decode's FP8 values lack (2^8)
  *
  * Queries that see the same keys (the heads of a KV head, at one position)
@@ -29,10 +30,18 @@
 #define XA_VQ 4    /* queries sharing a value load (XA_VQ * XA_VD accumulators) */
 #define XA_VD 4    /* value vectors per pass */
 
+/* Up to XW elements j .. of row p of the step's keys or values, f32 or bf16
+ * (bf16, a constant where inlined), the lanes past k zero. */
+AI XV xa_row(const float *base, int64_t ld, int bf16, int64_t p, int j, int k)
+{
+    return bf16 ? xv_load_bf16_below((const uint16_t *)base + p * ld + j, k)
+                : xv_load_below(base + p * ld + j, k);
+}
+
 /* Keys [base, hi) of the step transposed, XW keys per block: block b holds
  * kt[(b * dk + d) * XW + j] = k[base + b * XW + j][d]; keys past hi read as
  * zero. */
-AI void xa_keys_t(const ms_attn_step *a, int base, int hi, float *kt)
+AI void xa_keys_t(const ms_attn_step *a, int bf16, int base, int hi, float *kt)
 {
     int dk = a->dk;
     for (int p0 = base, b = 0; p0 < hi; p0 += XW, b++)
@@ -40,8 +49,7 @@ AI void xa_keys_t(const ms_attn_step *a, int base, int hi, float *kt)
             XV r[XW];
 #pragma GCC unroll 16
             for (int j = 0; j < XW; j++)
-                r[j] = p0 + j < hi ? xv_load_below(a->k + (int64_t)(p0 + j) * a->ldk + c, dk - c)
-                                   : xv_zero();
+                r[j] = p0 + j < hi ? xa_row(a->k, a->ldk, bf16, p0 + j, c, dk - c) : xv_zero();
             xv_transpose(r);
             float *o = kt + ((int64_t)b * dk + c) * XW;
             int nd = dk - c < XW ? dk - c : XW;
@@ -111,8 +119,8 @@ AI XV xa_vload(const float *p, int c, int tail, int left)
     return tail ? xv_load_below(p + c * XW, left - c * XW) : xv_loadu(p + c * XW);
 }
 
-AI void xa_values(const ms_attn_step *a, int m, int tail, float *const *acc, int d0, int left,
-                  const float *al, float *const *e, int base, int lo, int hi)
+AI void xa_values(const ms_attn_step *a, int m, int tail, int bf16, float *const *acc, int d0,
+                  int left, const float *al, float *const *e, int base, int lo, int hi)
 {
     XV r[XA_VQ][XA_VD];
 #pragma GCC unroll 4
@@ -125,7 +133,8 @@ AI void xa_values(const ms_attn_step *a, int m, int tail, float *const *acc, int
         XV x[XA_VD];
 #pragma GCC unroll 4
         for (int c = 0; c < XA_VD; c++)
-            x[c] = xa_vload(v, c, tail, left);
+            x[c] = bf16 ? xa_row(a->v, a->ldv, 1, p, d0 + c * XW, left - c * XW)
+                        : xa_vload(v, c, tail, left);
 #pragma GCC unroll 4
         for (int w = 0; w < m; w++) {
             XV ew = xv_set1(e[w][p - base]);
@@ -150,7 +159,10 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf)
 {
     int lo = a->lo[i0], hi = a->hi[i0], base = lo - lo % XW;
     float *kt = a->s + XA_GROUP * (MS_ATTN_CHUNK + 64);
-    xa_keys_t(a, base, hi, kt);
+    if (a->bf16)
+        xa_keys_t(a, 1, base, hi, kt);
+    else
+        xa_keys_t(a, 0, base, hi, kt);
     const float *q[XA_GROUP];
     float *s[XA_GROUP], *acc[XA_GROUP], al[XA_GROUP];
     XV vmax[XA_GROUP];
@@ -189,10 +201,12 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf)
             int mw = m - w < XA_VQ ? m - w : XA_VQ;
 #define XA_V(M)                                                                      \
     case M:                                                                          \
-        if (tail)                                                                    \
-            xa_values(a, M, 1, acc + w, d0, left, al + w, s + w, base, lo, hi);      \
+        if (a->bf16)                                                                 \
+            xa_values(a, M, 1, 1, acc + w, d0, left, al + w, s + w, base, lo, hi);   \
+        else if (tail)                                                               \
+            xa_values(a, M, 1, 0, acc + w, d0, left, al + w, s + w, base, lo, hi);   \
         else                                                                         \
-            xa_values(a, M, 0, acc + w, d0, left, al + w, s + w, base, lo, hi);      \
+            xa_values(a, M, 0, 0, acc + w, d0, left, al + w, s + w, base, lo, hi);   \
         break;
             switch (mw) { XA_V(1) XA_V(2) XA_V(3) XA_V(4) }
 #undef XA_V

@@ -147,6 +147,12 @@ AI __m256 lanes_in(int lo, int hi)
     __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i);
     return _mm256_castsi256_ps(_mm256_and_si256(ge, lt));
 }
+AI __m256 xv_load_bf16_below(const uint16_t *p, int k)
+{
+    uint16_t buf[8] = {0};
+    memcpy(buf, p, (size_t)(k < 0 ? 0 : k > 8 ? 8 : k) * 2);
+    return bf16x8(_mm_loadu_si128((const __m128i *)buf));
+}
 AI __m256 xv_mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 AI __m256 xv_sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 AI __m256 xv_max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }

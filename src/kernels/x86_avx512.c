@@ -150,6 +150,10 @@ AI __mmask16 lanes_in(int lo, int hi)
     hi = hi > 16 ? 16 : hi;
     return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
+AI __m512 xv_load_bf16_below(const uint16_t *p, int k)
+{
+    return bf16x16(_mm256_maskz_loadu_epi16(lanes_in(0, k), p));
+}
 AI __m512 xv_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 AI __m512 xv_sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
 AI __m512 xv_max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }

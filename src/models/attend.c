@@ -69,10 +69,10 @@ static void block_rows(const pass *p, int64_t b, int64_t *r0, int64_t *r1)
 /* Keys [c0, c0 + n) of KV head kvh as float rows: in place when the cache
  * is f32, else widened into tile. */
 static const float *keys_of(const ms_kv *kv, int64_t c0, int n, int64_t off, int dim,
-                            float *tile, int64_t *ld)
+                            int raw_bf16, float *tile, int64_t *ld)
 {
-    if (kv->fmt == MS_KV_F32) {
-        *ld = kv->plane;
+    if (kv->fmt == MS_KV_F32 || raw_bf16) {
+        *ld = kv->plane; /* the kernel reads f32 (and bf16, asked) rows as stored */
         return ms_kv_elems(kv, c0, off);
     }
     const ms_kernel_ops *k = ms_kernels();
@@ -151,14 +151,16 @@ static void item_task(void *ctx, int64_t it, int worker)
         if (!nq)
             continue;
         int64_t ldk, ldv;
-        const float *k = keys_of(kv, c0, n, a->k_off + kvh * a->k_step, a->dk, ktile, &ldk);
-        const float *v = v_in_k ? k : keys_of(kv, c0, n, a->v_off + kvh * a->v_step, a->dv,
+        /* bf16 chunks whose rows are contiguous go to the kernel as stored */
+        int raw = kv->fmt == MS_KV_BF16 && a->dk == kv->plane && (v_in_k || a->dv == kv->plane);
+        const float *k = keys_of(kv, c0, n, a->k_off + kvh * a->k_step, a->dk, raw, ktile, &ldk);
+        const float *v = v_in_k ? k : keys_of(kv, c0, n, a->v_off + kvh * a->v_step, a->dv, raw,
                                              vtile, &ldv);
         if (v_in_k)
             ldv = ldk;
         ms_attn_step step = {.nq = nq, .n = n, .dk = a->dk, .dv = a->dv, .scale = a->scale,
                              .k = k, .v = v, .ldk = ldk, .ldv = ldv, .q = qs, .lo = los,
-                             .hi = his, .st = sts, .s = sbuf};
+                             .hi = his, .st = sts, .s = sbuf, .bf16 = raw};
         if (c < c_last) { /* the next chunk streams in while this one computes */
             step.next[0] = chunk_bytes(kv, c0 + MS_ATTN_CHUNK, a->k_off + kvh * a->k_step,
                                        a->dk, &step.next_bytes[0]);

@@ -195,6 +195,51 @@ static void case_widen(void)
     }
 }
 
+/* Keys and values stored as bf16 and read as such give the bits the same
+ * values widened to f32 give (the kernel widens exactly as it loads). */
+static void case_bf16_rows(void)
+{
+    static const int dims[][2] = {{64, 64}, {16, 16}, {40, 24}, {576, 512}};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        int dk = dims[di][0], dv = dims[di][1], n = 50;
+        uint16_t *kh = malloc((size_t)n * dk * 2), *vh = malloc((size_t)n * dv * 2);
+        float *kf = malloc((size_t)n * dk * 4), *vf = malloc((size_t)n * dv * 4);
+        float *q = malloc((size_t)3 * dk * 4), *st[2][3], *s = malloc((size_t)ms_attn_scratch(dk) * 4);
+        for (int i = 0; i < n * dk; i++)
+            kf[i] = ms_bf16_to_f32(kh[i] = ms_f32_to_bf16(sym(1.0)));
+        for (int i = 0; i < n * dv; i++)
+            vf[i] = ms_bf16_to_f32(vh[i] = ms_f32_to_bf16(sym(1.0)));
+        for (int i = 0; i < 3 * dk; i++)
+            q[i] = sym(1.0);
+        const float *qs[3] = {q, q + dk, q + 2 * dk};
+        int lo[3] = {0, 0, 7}, hi[3] = {n, n, 41};
+        for (int r = 0; r < 2; r++) {
+            for (int w = 0; w < 3; w++) {
+                st[r][w] = calloc((size_t)(2 + dv), 4);
+                st[r][w][0] = -INFINITY;
+            }
+            ms_attn_step a = {.nq = 3, .n = n, .dk = dk, .dv = dv, .scale = 0.1f,
+                              .k = r ? (const float *)kh : kf, .v = r ? (const float *)vh : vf,
+                              .ldk = dk, .ldv = dv, .q = qs, .lo = lo, .hi = hi, .st = st[r],
+                              .s = s, .bf16 = r};
+            cur->attn(&a);
+        }
+        int same = 1;
+        for (int w = 0; w < 3; w++)
+            same &= memcmp(st[0][w], st[1][w], (size_t)(2 + dv) * 4) == 0;
+        CHECK(same, "dk %d dv %d: bf16 rows give other bits than their f32 widening", dk, dv);
+        for (int r = 0; r < 2; r++)
+            for (int w = 0; w < 3; w++)
+                free(st[r][w]);
+        free(kh);
+        free(vh);
+        free(kf);
+        free(vf);
+        free(q);
+        free(s);
+    }
+}
+
 /* e4m3 encoding: round to nearest even against every code's value. */
 static void case_e4m3_encode(void)
 {
@@ -265,6 +310,7 @@ int main(void)
         RUN(case_checker_fails)
         RUN(case_widen)
         RUN(case_kv_roundtrip)
+        RUN(case_bf16_rows)
 #undef RUN
     }
     t_run_case("e4m3_encode", case_e4m3_encode);
