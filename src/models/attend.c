@@ -52,6 +52,12 @@ static int64_t row_lo(const ms_attend *a, int64_t pos)
     return a->window && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
 }
 
+/* MLA: the value is the front of the key, read from the key's rows. */
+static int value_in_key(const ms_attend *a)
+{
+    return a->v_off == a->k_off && a->v_step == a->k_step && a->dv <= a->dk;
+}
+
 static float *state(const pass *p, int64_t t, int h, int64_t s)
 {
     int64_t st = 2 + p->a->dv;
@@ -92,8 +98,7 @@ static const float *keys_of(const ms_kv *kv, int64_t c0, int n, int64_t off, int
  * hardware prefetcher); NULL when its rows are not contiguous. */
 static const char *chunk_bytes(const ms_kv *kv, int64_t c0, int64_t off, int dim, int64_t *bytes)
 {
-    static const int size[MS_KV_COUNT] = {4, 2, 1};
-    *bytes = (int64_t)MS_ATTN_CHUNK * dim * size[kv->fmt];
+    *bytes = (int64_t)MS_ATTN_CHUNK * dim * ms_kvfmt_size(kv->fmt);
     return dim == kv->plane ? ms_kv_elems(kv, c0, off) : NULL;
 }
 
@@ -125,7 +130,7 @@ static void item_task(void *ctx, int64_t it, int worker)
     float *w = p->work + worker * p->work_floats;
     float *ktile = w, *vtile = ktile + MS_ATTN_CHUNK * a->dk,
           *sbuf = vtile + MS_ATTN_CHUNK * a->dv;
-    int v_in_k = a->v_off == a->k_off && a->v_step == a->k_step && a->dv <= a->dk;
+    int v_in_k = value_in_key(a);
     const float *qs[ROW_BLOCK * MAX_HEADS];
     float *sts[ROW_BLOCK * MAX_HEADS];
     int los[ROW_BLOCK * MAX_HEADS], his[ROW_BLOCK * MAX_HEADS];
@@ -203,7 +208,7 @@ static void merge_task(void *ctx, int64_t i, int worker)
 /* Cache bytes row t reads: its positions' keys and values of every KV head. */
 static int64_t row_bytes(const ms_attend *a, const ms_kv *kv, int64_t pos)
 {
-    int v_in_k = a->v_off == a->k_off && a->v_step == a->k_step && a->dv <= a->dk;
+    int v_in_k = value_in_key(a);
     int64_t per = ms_kv_bytes_per_pos(kv->fmt, a->dk, kv->group < a->dk ? kv->group : a->dk);
     if (!v_in_k)
         per += ms_kv_bytes_per_pos(kv->fmt, a->dv, kv->group < a->dv ? kv->group : a->dv);

@@ -26,11 +26,7 @@ int ms_kvfmt_parse(const char *s, ms_kvfmt *out)
 
 int64_t ms_kv_bytes_per_pos(ms_kvfmt f, int64_t row, int group)
 {
-    switch (f) {
-    case MS_KV_F32: return row * 4;
-    case MS_KV_BF16: return row * 2;
-    default: return row + row / group * 4;
-    }
+    return row * ms_kvfmt_size(f) + (f == MS_KV_FP8 ? row / group * 4 : 0);
 }
 
 int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane, int group,
@@ -43,13 +39,12 @@ int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane, 
     if (f == MS_KV_FP8 && (group <= 0 || plane % group))
         return ms_err_set(err, MS_E_ARG, "an fp8 KV plane of %lld elements cannot have scale "
                           "groups of %d", (long long)plane, group);
-    static const int size[MS_KV_COUNT] = {4, 2, 1};
     kv->fmt = f;
     kv->cap = cap;
     kv->row = row;
     kv->plane = plane;
     kv->group = group;
-    kv->data = ms_calloc((size_t)(cap * row), (size_t)size[f], "KV cache", err);
+    kv->data = ms_calloc((size_t)(cap * row), (size_t)ms_kvfmt_size(f), "KV cache", err);
     if (!kv->data)
         return -1;
     if (f == MS_KV_FP8) {

@@ -53,12 +53,17 @@ static inline int64_t ms_kv_index(const ms_kv *kv, int64_t pos, int64_t off)
     return ((off / kv->plane) * kv->cap + pos % kv->cap) * kv->plane + off % kv->plane;
 }
 
+/* Bytes of one element of format f (FP8 scales not included). */
+static inline int ms_kvfmt_size(ms_kvfmt f)
+{
+    return f == MS_KV_F32 ? 4 : f == MS_KV_BF16 ? 2 : 1;
+}
+
 /* Element off of position pos (the rest of its plane follows it, then the
  * same plane of the next slot), and its FP8 scales. */
 static inline const void *ms_kv_elems(const ms_kv *kv, int64_t pos, int64_t off)
 {
-    static const int size[MS_KV_COUNT] = {4, 2, 1};
-    return (const uint8_t *)kv->data + ms_kv_index(kv, pos, off) * size[kv->fmt];
+    return (const uint8_t *)kv->data + ms_kv_index(kv, pos, off) * ms_kvfmt_size(kv->fmt);
 }
 
 static inline const float *ms_kv_scales(const ms_kv *kv, int64_t pos, int64_t off)

@@ -33,13 +33,11 @@ static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
                 (unsigned long long)ms_expert_bytes_typical(m->experts),
                 (double)ms_expert_bytes_typical(m->experts) / 1e6, m->n_experts, m->n_layers,
                 m->n_experts_used);
-    int64_t full = 0, win = 0;
-    for (int l = 0; l < m->n_layers; l++) {
+    int64_t win = 0;
+    for (int l = 0; l < m->n_layers; l++)
         if (m->kv_window[l])
             win += m->kv_row[l] * 4;
-        else
-            full += m->kv_row[l] * 4;
-    }
+    int64_t full = ms_kv_bytes_per_token(m, MS_KV_F32);
     int64_t half = ms_kv_bytes_per_token(m, MS_KV_BF16), quarter = ms_kv_bytes_per_token(m, MS_KV_FP8);
     fprintf(out, "KV cache: %lld bytes/token in f32 (full-attention layers; bf16 %lld, fp8 %lld)",
             (long long)full, (long long)half, (long long)quarter);

@@ -5,6 +5,7 @@
 #   l1_oracle NAME DIR ORACLE IDS        engine vs oracle: states, routing, logits, 32 greedy
 #                                        ids, cached decode == batch, forced-eviction cache
 #   l2_fixture NAME DIR                  the upstream fixture: logits within 1e-3, 16 greedy ids
+#   deviation NAME LABEL A REF V BOUND.. a rounded path's deviation, printed and bounded
 # Env: BIN, PY, W (work dir).
 fails=0
 pass() { echo "PASS $1"; }
@@ -19,6 +20,18 @@ topk_of() { $PY -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get
 same_ids() { [ "$(xargs <"$1")" = "$(xargs <"$2")" ]; }
 # 32 prompt ids below the vocabulary, varied with a seed
 prompt_ids() { awk -v v="$1" -v s="$2" 'BEGIN { for (i = 0; i < 32; i++) printf "%d ", (i * 37 + s * 11) % (v - 20); print "" }'; }
+
+# the upstream fixtures (folders of $MOESTREAM_FIXTURES)
+FIXTURES="gpt_oss qwen3_moe qwen3_moe_fp8 deepseek_v3 longcat_flash longcat_flash_fp8"
+# deviation NAME LABEL A.f32 REF.f32 VOCAB BOUND...: prints how far A's logits
+# are from REF's (tools/oracle/deviation.py) after LABEL, and checks the bounds
+deviation() {
+  local name=$1 label=$2 a=$3 ref=$4 v=$5 dev rc
+  shift 5
+  dev=$($PY tools/oracle/deviation.py "$a" "$ref" --vocab "$v" "$@"); rc=$?
+  printf '     %-24s %s\n' "$label" "$dev"
+  if [ $rc -eq 0 ]; then pass "$name"; else fail "$name" "$dev"; fi
+}
 
 l0_inspect() { check "$1" "$BIN" inspect "$2"; }
 

@@ -35,8 +35,8 @@ bounds_for() {
 }
 
 # --- KV formats on the upstream fixtures -------------------------------------------------
-echo "     fixture             KV    max|dlogit|  (rel)  argmax  KL mean  KL max"
-for f in gpt_oss qwen3_moe qwen3_moe_fp8 deepseek_v3 longcat_flash longcat_flash_fp8; do
+echo "     fixture, KV              max|dlogit|  (rel)  argmax  KL mean  KL max"
+for f in $FIXTURES; do
   FX=$FIXROOT/$f
   if [ ! -d "$FX" ]; then fail ${f}_fixture_present "no fixture folder $FX"; continue; fi
   V=$(vocab_of "$FX")
@@ -45,9 +45,8 @@ for f in gpt_oss qwen3_moe qwen3_moe_fp8 deepseek_v3 longcat_flash longcat_flash
     if ! "$BIN" logits "$FX" --prompt-ids "$FX/tokens.txt" --out "$W/$f.$kv.f32" --kv $kv 2>"$W/err"; then
       fail ${f}_kv_${kv}_logits "$(tail -2 "$W/err")"; continue
     fi
-    dev=$($PY tools/oracle/deviation.py "$W/$f.$kv.f32" "$FX/ref_logits.f32" --vocab "$V" $(bounds_for $kv)); rc=$?
-    printf '     %-18s %-5s %s\n' "$f" "$kv" "$dev"
-    if [ $rc -eq 0 ]; then pass ${f}_kv_${kv}_within_bounds; else fail ${f}_kv_${kv}_within_bounds "$dev"; fi
+    deviation ${f}_kv_${kv}_within_bounds "$f $kv" "$W/$f.$kv.f32" "$FX/ref_logits.f32" "$V" \
+      $(bounds_for $kv)
     if cmp -s "$W/$f.$kv.f32" "$W/$f.f32.f32"; then
       fail ${f}_kv_${kv}_stored "its logits equal the f32 cache's bit for bit"
     else
@@ -97,9 +96,8 @@ long_case() {
   for kv in bf16 fp8; do
     "$BIN" logits "$C" --prompt-ids "$W/$name.ids" --out "$W/$name.$kv.all.f32" --ctx $((N + 8)) --kv $kv 2>/dev/null
     tail -c $((TAIL * V * 4)) "$W/$name.$kv.all.f32" >"$W/$name.$kv.f32"
-    dev=$($PY tools/oracle/deviation.py "$W/$name.$kv.f32" "$W/$name.oracle.f32" --vocab "$V" $(bounds_for ${kv}_long)); rc=$?
-    printf '     %-18s %-5s %s\n' "$name" "$kv" "$dev"
-    if [ $rc -eq 0 ]; then pass ${name}_kv_${kv}_within_bounds; else fail ${name}_kv_${kv}_within_bounds "$dev"; fi
+    deviation ${name}_kv_${kv}_within_bounds "$name $kv" "$W/$name.$kv.f32" "$W/$name.oracle.f32" \
+      "$V" $(bounds_for ${kv}_long)
   done
 }
 G=$W/gpt_oss_long
