@@ -25,6 +25,12 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+void cli_log(void *user, const char *line)
+{
+    (void)user;
+    fprintf(stderr, "moestream: %s\n", line);
+}
+
 const char *cli_value(int argc, char **argv, int *i, const char *name, int *missing)
 {
     if (strcmp(argv[*i], name) != 0)

@@ -10,6 +10,9 @@
 int cli_fail(const ms_error *err);
 int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The engine's notices function of every command: "moestream: <line>" on
+ * stderr (ms_engine_opts.log). */
+void cli_log(void *user, const char *line);
 
 /* Option parsing: cli_arg(argc, argv, &i, "--name") returns the value
  * following argv[i] when argv[i] is --name (advancing i), NULL otherwise;
@@ -46,7 +49,7 @@ typedef struct run_opts {
     const char *system, *effort, *chat_template, *json_schema;
     int json_any;                                    /* --json: any JSON object */
     int placement, no_prefetch, buffered, precision, kv;
-    int64_t ram, io_threads, cache_slots, reads;
+    int64_t ram, io_threads, cache_slots, reads, span;
     int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */
     int ids, ignore_eos, stats, raw, hide_reasoning, thinking, no_reuse;
     int have_temp, have_top_p, have_top_k, have_min_p, have_seed;

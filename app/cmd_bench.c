@@ -14,7 +14,8 @@
 
 typedef struct bench_opts {
     const char *model, *trace;
-    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads, context;
+    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads, context,
+        span;
     int placement, no_prefetch, buffered, floor, precision, kv;
 } bench_opts;
 
@@ -32,6 +33,7 @@ static int parse(int argc, char **argv, bench_opts *o)
             {"--io-threads", &o->io_threads, 1, 256},
             {"--cache-slots", &o->cache_slots, 1, INT32_MAX}, {"--disk", &o->disk, 1, 100000},
             {"--reads", &o->reads, 1, 1024},     {"--context", &o->context, 0, INT64_C(1) << 30},
+            {"--prefill-span", &o->span, 1, 1 << 20},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++)
@@ -113,12 +115,21 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
     int64_t req = b->expert_requests - a->expert_requests;
     if (!req)
         return;
-    snprintf(v, sizeof v, "%.2f MB/token", (b->bytes_read - a->bytes_read) / 1e6 / tokens);
+    snprintf(v, sizeof v, "%.2f MB/token (%.2f by prefetch)",
+             (b->bytes_read - a->bytes_read) / 1e6 / tokens,
+             (b->prefetch_bytes - a->prefetch_bytes) / 1e6 / tokens);
     snprintf(w, sizeof w, "  %s: bytes read from disk", name);
     row(w, v);
+    /* a hit is an expert served with no read issued for it by anyone:
+     * prefetched experts are counted apart */
     snprintf(v, sizeof v, "%.1f%% of %lld requests",
              100.0 * (b->expert_hits - a->expert_hits) / req, (long long)req);
     snprintf(w, sizeof w, "  %s: expert cache hit rate", name);
+    row(w, v);
+    snprintf(v, sizeof v, "%.1f%% / %.1f%%",
+             100.0 * (b->expert_prefetch_hits - a->expert_prefetch_hits) / req,
+             100.0 * (b->expert_misses - a->expert_misses) / req);
+    snprintf(w, sizeof w, "  %s: prefetch hits / misses", name);
     row(w, v);
     snprintf(v, sizeof v, "%.1f ms/token", 1e3 * (b->t_io_wait - a->t_io_wait) / tokens);
     snprintf(w, sizeof w, "  %s: waiting on reads", name);
@@ -145,9 +156,10 @@ int cmd_bench(int argc, char **argv)
                          .placement = o.placement,
                          .ram = o.ram, .io_threads = (int)o.io_threads,
                          .cache_slots = (int)o.cache_slots, .reads = (int)o.reads,
+                         .span = (int)o.span,
                          .no_prefetch = o.no_prefetch,
                          .buffered = o.buffered, .trace_path = o.trace,
-                         .precision = o.precision, .kv_format = o.kv};
+                         .precision = o.precision, .kv_format = o.kv, .log = cli_log};
     ms_engine *eng = NULL;
     ms_session *s = NULL;
     int32_t *ids = NULL;
@@ -195,6 +207,9 @@ int cmd_bench(int argc, char **argv)
     snprintf(v, sizeof v, "%s, %lld tokens%s", ms_session_kv_format(s), (long long)ms_session_ctx(s),
              o.context ? " (synthetic context before the prompt)" : "");
     row("KV cache", v);
+    snprintf(v, sizeof v, "%lld positions per pass over the layers",
+             (long long)info->prefill_span);
+    row("prefill span", v);
     print_phase("prefill", o.prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
     double pkv = s1.t_attn_kv - s0.t_attn_kv, pt = s1.t_prefill - s0.t_prefill;
     snprintf(v, sizeof v, "%.2f ms/token (%.0f%% of prefill)", 1e3 * pkv / (double)o.prompt,

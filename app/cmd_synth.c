@@ -7,7 +7,7 @@
 
 int cmd_synth(int argc, char **argv)
 {
-    ms_synth_opts o = {0};
+    ms_synth_opts o = {.log = cli_log};
     for (int i = 1; i < argc; i++) {
         int miss = 0;
         const char *v;

@@ -64,6 +64,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
         NUM_I("--io-threads", 1, 256, o->io_threads)
         NUM_I("--cache-slots", 1, INT32_MAX, o->cache_slots)
         NUM_I("--reads", 1, 1024, o->reads)
+        NUM_I("--prefill-span", 1, 1 << 20, o->span)
         NUM_I("-n", 0, INT32_MAX, o->n_predict)
         NUM_I("--ctx", 1, INT64_C(1) << 40, o->ctx)
         NUM_I("--threads", 1, 64, o->threads)
@@ -131,11 +132,11 @@ int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *
 {
     ms_engine_opts eo = {.n_threads = (int)o->threads, .ctx = o->ctx,
                          .placement = o->placement, .ram = o->ram,
-                         .cache_slots = (int)o->cache_slots, .reads = (int)o->reads,
+                         .cache_slots = (int)o->cache_slots, .reads = (int)o->reads, .span = (int)o->span,
                          .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
                          .buffered = o->buffered, .trace_path = o->trace,
                          .precision = o->precision, .chat_template_file = o->chat_template,
-                         .kv_format = o->kv};
+                         .kv_format = o->kv, .log = cli_log};
     ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
     if (ms_engine_open(o->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
         return -1;
@@ -179,18 +180,21 @@ void run_opts_print_stats(const ms_session *s)
                 st.t_head, 100 * st.t_head / busy, st.t_other, 100 * st.t_other / busy);
     int64_t toks = st.n_prefill_tokens + st.n_decode_tokens;
     if (st.expert_requests) {
-        fprintf(stderr, "experts: %lld requests, hit rate %.1f%%, %.1f MB read from disk "
-                "(%.2f MB/token), waiting on I/O %.3f s (%.0f%% of expert time)\n",
-                (long long)st.expert_requests, 100.0 * st.expert_hits / st.expert_requests,
-                st.bytes_read / 1e6, toks ? st.bytes_read / 1e6 / toks : 0.0, st.t_io_wait,
+        double r = 100.0 / (double)st.expert_requests;
+        fprintf(stderr, "experts: %lld requests: %.1f%% hits (no read issued), %.1f%% prefetch "
+                "hits, %.1f%% misses; %.1f MB read from disk (%.2f MB/token, %.1f MB of it by "
+                "prefetch), waiting on I/O %.3f s (%.0f%% of expert time)\n",
+                (long long)st.expert_requests, r * (double)st.expert_hits,
+                r * (double)st.expert_prefetch_hits, r * (double)st.expert_misses,
+                st.bytes_read / 1e6, toks ? st.bytes_read / 1e6 / toks : 0.0,
+                st.prefetch_bytes / 1e6, st.t_io_wait,
                 st.t_experts > 0 ? 100 * st.t_io_wait / st.t_experts : 0.0);
         if (st.prefetch_predicted)
             fprintf(stderr, "prefetch: accuracy %.1f%% (%lld of %lld predicted), %lld reads "
-                    "started, %lld used, %.1f MB wasted\n",
+                    "started, %.1f MB wasted\n",
                     100.0 * st.prefetch_correct / st.prefetch_predicted,
                     (long long)st.prefetch_correct, (long long)st.prefetch_predicted,
-                    (long long)st.prefetch_issued, (long long)st.prefetch_used,
-                    st.prefetch_wasted_bytes / 1e6);
+                    (long long)st.prefetch_issued, st.prefetch_wasted_bytes / 1e6);
     }
 }
 

@@ -240,19 +240,39 @@ char *srv_metrics_text(srv *sv)
     fprintf(f, "# HELP moestream_expert_requests_total Routed-expert uses and cache hits.\n"
                "# TYPE moestream_expert_requests_total counter\n"
                "moestream_expert_requests_total %lld\n"
-               "# HELP moestream_expert_hits_total Routed-expert uses served from memory.\n"
+               "# HELP moestream_expert_hits_total Routed-expert uses served from memory "
+               "with no read issued for them.\n"
                "# TYPE moestream_expert_hits_total counter\n"
                "moestream_expert_hits_total %lld\n"
+               "# HELP moestream_expert_prefetch_hits_total Routed-expert uses served by a "
+               "read a prefetch started.\n"
+               "# TYPE moestream_expert_prefetch_hits_total counter\n"
+               "moestream_expert_prefetch_hits_total %lld\n"
+               "# HELP moestream_expert_misses_total Routed-expert uses read on demand.\n"
+               "# TYPE moestream_expert_misses_total counter\n"
+               "moestream_expert_misses_total %lld\n"
                "# HELP moestream_disk_read_bytes_total Bytes of experts read from disk.\n"
                "# TYPE moestream_disk_read_bytes_total counter\n"
                "moestream_disk_read_bytes_total %lld\n"
+               "# HELP moestream_prefetch_read_bytes_total Of those, bytes read by prefetch.\n"
+               "# TYPE moestream_prefetch_read_bytes_total counter\n"
+               "moestream_prefetch_read_bytes_total %lld\n"
+               "# HELP moestream_prefetch_wasted_bytes_total Bytes prefetched and not used.\n"
+               "# TYPE moestream_prefetch_wasted_bytes_total counter\n"
+               "moestream_prefetch_wasted_bytes_total %lld\n"
+               "# HELP moestream_io_wait_seconds_total Seconds spent waiting for expert reads.\n"
+               "# TYPE moestream_io_wait_seconds_total counter\n"
+               "moestream_io_wait_seconds_total %.6f\n"
                "# HELP moestream_weight_read_bytes_total Bytes of weights the products read.\n"
                "# TYPE moestream_weight_read_bytes_total counter\n"
                "moestream_weight_read_bytes_total %lld\n"
                "# HELP moestream_uptime_seconds Seconds since the server started.\n"
                "# TYPE moestream_uptime_seconds gauge\nmoestream_uptime_seconds %.3f\n",
-            (long long)st.expert_requests, (long long)st.expert_hits, (long long)st.bytes_read,
-            (long long)ms_weight_bytes_read(), srv_now() - sv->t_start);
+            (long long)st.expert_requests, (long long)st.expert_hits,
+            (long long)st.expert_prefetch_hits, (long long)st.expert_misses,
+            (long long)st.bytes_read, (long long)st.prefetch_bytes,
+            (long long)st.prefetch_wasted_bytes, st.t_io_wait, (long long)ms_weight_bytes_read(),
+            srv_now() - sv->t_start);
 #undef LOAD
     fclose(f);
     return t;

@@ -57,12 +57,19 @@ typedef struct ms_engine_opts {
     int64_t ctx;         /* default context for sessions; 0 = the config's maximum,
                           * capped by the KV budget */
     int kv_format;       /* enum ms_kv_format of sessions' caches */
-    int quiet;           /* no progress lines on stderr */
+    int quiet;           /* no notices at all, even with a log function */
+    /* Notices (a size chosen for the user, a fallback taken): one sentence
+     * each, without a newline, passed here; the library never prints. NULL
+     * drops them. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
     int placement;       /* enum ms_placement */
     int64_t ram;         /* expert cache budget in bytes; 0 = derived from memory */
     int cache_slots;     /* > 0: expert cache of exactly that many experts (tests, tuning) */
     int io_threads;      /* 0 = io_uring; > 0 = that many pread threads */
     int reads;           /* experts of a layer read at once (0 = 2) */
+    int span;            /* most prompt positions run through a layer at once (each layer's
+                          * experts are read once per span); 0 = sized from memory */
     int no_prefetch;     /* disable decode prefetch of the next layer's experts */
     int buffered;        /* never use O_DIRECT for expert reads */
     const char *trace_path; /* write the expert routing trace here */
@@ -85,6 +92,7 @@ typedef struct ms_model_info {
     int64_t max_ctx;          /* max_position_embeddings from config */
     int64_t ctx;              /* sessions' default context */
     const char *kv_format;    /* their KV cache format: "f32", "bf16" or "fp8" */
+    int64_t prefill_span;     /* most prompt positions run through a layer at once */
     int32_t n_stop;
     const int32_t *stop_ids;  /* eos ids from generation_config/config */
     int32_t bos_id;           /* -1 when none */
@@ -168,9 +176,14 @@ typedef struct ms_stats {
      * read: each attended position's keys and values once per row */
     double t_attn_kv;
     int64_t kv_bytes_read;
-    /* expert store, engine-wide since open */
-    int64_t expert_requests, expert_hits, bytes_read;
-    int64_t prefetch_predicted, prefetch_correct, prefetch_issued, prefetch_used;
+    /* expert store, engine-wide since open. Each request is one of: a hit
+     * (in memory, no read issued for it by anyone), a prefetch hit (read,
+     * or being read, because a prefetch predicted it) or a miss (read on
+     * demand). bytes_read counts demand and prefetch reads, prefetch_bytes
+     * the second; the page-cache placement reads nothing itself (0). */
+    int64_t expert_requests, expert_hits, expert_prefetch_hits, expert_misses;
+    int64_t bytes_read, prefetch_bytes;
+    int64_t prefetch_predicted, prefetch_correct, prefetch_issued;
     int64_t prefetch_wasted_bytes;
     double t_io_wait;
 } ms_stats;
@@ -245,6 +258,8 @@ typedef struct ms_synth_opts {
     int64_t shard_bytes;     /* 0 = about 4.6 GB per shard, as releases */
     int quiet;
     int force;               /* write into a folder that is not empty */
+    void (*log)(void *user, const char *line); /* progress lines; NULL drops them */
+    void *log_user;
 } ms_synth_opts;
 /* Writes a random-weight checkpoint into out_dir, which must be empty or
  * absent unless force. Every file is written under a temporary name,

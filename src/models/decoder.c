@@ -15,6 +15,8 @@ int ms_decoder_init(ms_decoder *dec, ms_model *base, int64_t d, int64_t vocab, f
     return dec->layers ? 0 : -1;
 }
 
+static int64_t moe_scratch(const ms_decoder *dec, int64_t n);
+
 int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err)
 {
     const ms_model *b = dec->base;
@@ -38,6 +40,12 @@ int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err)
         }
         work = w > work ? w : work;
     }
+    dec->max_experts = E;
+    dec->max_topk = K;
+    /* a span beyond max_batch positions: residual, normed input, ffn output,
+     * routing, the MoE's contributions per position */
+    dec->base->span_row_bytes = 4 * (3 * d + E + 2 * K) + 4 * (moe_scratch(dec, 2 * B) -
+                                                               moe_scratch(dec, B)) / B;
     ms_arena *a = &dec->base->arena;
     struct { void **p; int64_t n; } bufs[] = {
         {(void **)&dec->x, B * d},       {(void **)&dec->xn, B * d},
@@ -52,18 +60,66 @@ int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err)
     return 0;
 }
 
-/* Final norm and lm_head for the rows the caller wants (none when the
- * caller passed no logits buffer: an inner block of a longer prompt). */
-static void head(ms_decoder *dec, const ms_fwd *f)
+/* The per-position buffers of one forward call: the arena's for a call of
+ * at most max_batch positions, else the model's span buffers. */
+typedef struct rows {
+    float *x, *xn, *out;      /* [n][d] residual, normed, ffn output */
+    float *rlogits, *topw;    /* [n][E], [n][K] */
+    int32_t *topi;            /* [n][K] */
+    float *moe;               /* ms_moe_scratch(n) */
+} rows;
+
+static int64_t moe_scratch(const ms_decoder *dec, int64_t n)
 {
-    int64_t n = f->n, d = dec->d;
+    int64_t w = 0;
+    for (int l = 0; l < dec->base->n_layers; l++)
+        if (dec->layers[l].is_moe) {
+            int64_t m = ms_moe_scratch(&dec->layers[l].moe, n);
+            w = m > w ? m : w;
+        }
+    return w;
+}
+
+static int get_rows(ms_decoder *dec, int64_t n, rows *r, ms_err *err)
+{
+    ms_model *b = dec->base;
+    if (n <= b->max_batch) {
+        *r = (rows){dec->x, dec->xn, dec->tmp, dec->rlogits, dec->topw, dec->topi, dec->work};
+        return 0;
+    }
+    int64_t d = dec->d, E = dec->max_experts, K = dec->max_topk;
+    float *p = ms_scratch_get(&b->span, n * (3 * d + E + 2 * K) + moe_scratch(dec, n), err);
+    if (!p) {
+        ms_err_wrap(err, "a prefill span of %lld positions", (long long)n);
+        return -1;
+    }
+    r->x = p;
+    r->xn = r->x + n * d;
+    r->out = r->xn + n * d;
+    r->rlogits = r->out + n * d;
+    r->topw = r->rlogits + n * E;
+    r->topi = (int32_t *)(r->topw + n * K);
+    r->moe = (float *)r->topi + n * K;
+    return 0;
+}
+
+/* Final norm and lm_head for the rows the caller wants (none when the
+ * caller passed no logits buffer: an inner block of a longer prompt), a
+ * block of max_batch rows at a time. */
+static void head(ms_decoder *dec, const ms_fwd *f, const float *x)
+{
+    int64_t n = f->n, d = dec->d, B = dec->base->max_batch;
     int64_t first = f->logits_all ? 0 : n - 1;
     if (!f->logits)
         return;
-    ms_rmsnorm(dec->x + first * d, dec->final_norm, dec->eps, n - first, d, dec->xn);
-    ms_trace_f32(f->trace, dec->xn, n - first, d, "final_norm");
-    ms_matmul(&dec->lm_head, dec->xn, (int)(n - first), f->logits);
-    ms_trace_f32(f->trace, f->logits, n - first, dec->vocab, "logits");
+    for (int64_t t0 = first; t0 < n; t0 += B) {
+        int64_t nb = n - t0 < B ? n - t0 : B;
+        ms_rmsnorm(x + t0 * d, dec->final_norm, dec->eps, nb, d, dec->xn);
+        ms_trace_f32(f->trace, dec->xn, nb, d, "final_norm");
+        float *lg = f->logits + (t0 - first) * dec->vocab;
+        ms_matmul(&dec->lm_head, dec->xn, (int)nb, lg);
+        ms_trace_f32(f->trace, lg, nb, dec->vocab, "logits");
+    }
 }
 
 /* Decode prefetch for the next MoE layer after l, from the residual x [d]
@@ -84,62 +140,104 @@ static void prefetch_next(ms_decoder *dec, int l, const float *x, float *tmp)
     }
 }
 
-/* x += moe(h) or mlp(h) for layer l, h = ffn_norm(x) already in xn. */
-static int ffn(ms_decoder *dec, const ms_fwd *f, int l, ms_err *err)
+/* Prefill prefetch: when n positions pick (with k each) at least twice as
+ * many experts as the next MoE layer has, nearly all of them will be asked
+ * for, so all of them are read while that layer's attention runs -- where
+ * they fit in half the cache (page cache: always). */
+static void prefetch_all_next(ms_decoder *dec, int l, int64_t n)
+{
+    ms_model *b = dec->base;
+    for (int nl = l + 1; nl < b->n_layers; nl++) {
+        const ms_decoder_layer *N = &dec->layers[nl];
+        if (!N->is_moe)
+            continue;
+        int E = N->moe.n_experts, slots = ms_expert_store_slots(b->experts);
+        int32_t ids[MS_ROUTER_MAX_EXPERTS];
+        if (n * N->router.top_k < 2 * (int64_t)E || (slots && 2 * E > slots))
+            return;
+        for (int e = 0; e < E; e++)
+            ids[e] = e;
+        ms_expert_prefetch(b->experts, nl, ids, E);
+        return;
+    }
+}
+
+/* r->out = moe(h) or mlp(h) for layer l over all n rows, h = ffn_norm(x)
+ * already in r->xn; the dense products go a block at a time. */
+static int ffn(ms_decoder *dec, const ms_fwd *f, int l, const rows *r, ms_err *err)
 {
     ms_decoder_layer *L = &dec->layers[l];
     ms_model *b = dec->base;
-    int64_t n = f->n, d = dec->d;
-    if (!L->is_moe) {
-        ms_mlp_apply(&L->mlp.gate, &L->mlp.up, &L->mlp.down, L->mlp.d_ff, dec->xn, (int)n,
-                     dec->tmp, dec->work);
-    } else {
+    int64_t n = f->n, d = dec->d, B = b->max_batch;
+    if (L->is_moe) {
         int k = L->router.top_k;
-        ms_route(&L->router, dec->xn, n, dec->rlogits, dec->topi, dec->topw);
-        ms_trace_f32(f->trace, dec->rlogits, n, L->router.n_experts, "L%d.router_logits", l);
-        ms_trace_i32(f->trace, dec->topi, n, k, "L%d.topk_ids", l);
-        ms_trace_f32(f->trace, dec->topw, n, k, "L%d.topk_w", l);
-        if (ms_moe_forward(&L->moe, b->experts, dec->xn, n, dec->topi, dec->topw, dec->tmp,
-                           dec->work, err))
+        ms_route(&L->router, r->xn, n, r->rlogits, r->topi, r->topw);
+        ms_trace_f32(f->trace, r->rlogits, n, L->router.n_experts, "L%d.router_logits", l);
+        ms_trace_i32(f->trace, r->topi, n, k, "L%d.topk_ids", l);
+        ms_trace_f32(f->trace, r->topw, n, k, "L%d.topk_w", l);
+        if (ms_moe_forward(&L->moe, b->experts, r->xn, n, r->topi, r->topw, r->out, r->moe,
+                           err))
             return -1;
-        if (L->shared.d_ff) { /* upstream: routed sum + shared experts, then the residual */
-            ms_mlp_apply(&L->shared.gate, &L->shared.up, &L->shared.down, L->shared.d_ff,
-                         dec->xn, (int)n, dec->shared_out, dec->work);
-            ms_add(dec->tmp, dec->shared_out, n * d);
+    }
+    for (int64_t t0 = 0; t0 < n && (!L->is_moe || L->shared.d_ff); t0 += B) {
+        int64_t nb = n - t0 < B ? n - t0 : B;
+        const float *h = r->xn + t0 * d;
+        if (!L->is_moe) {
+            ms_mlp_apply(&L->mlp.gate, &L->mlp.up, &L->mlp.down, L->mlp.d_ff, h, (int)nb,
+                         r->out + t0 * d, dec->work);
+        } else { /* upstream: routed sum + shared experts, then the residual */
+            ms_mlp_apply(&L->shared.gate, &L->shared.up, &L->shared.down, L->shared.d_ff, h,
+                         (int)nb, dec->shared_out, dec->work);
+            ms_add(r->out + t0 * d, dec->shared_out, nb * d);
         }
     }
-    ms_add(dec->x, dec->tmp, n * d);
-    ms_trace_f32(f->trace, dec->x, n, d, "L%d.moe_out", l);
-    if (b->prefetch && n == 1)
-        prefetch_next(dec, l, dec->x, dec->work);
     return 0;
 }
 
 int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
 {
     ms_model *b = dec->base;
-    int64_t n = f->n, d = dec->d;
+    int64_t n = f->n, d = dec->d, B = b->max_batch;
     ms_timers *tm = f->timers;
     double t0 = ms_now(), t1;
-
+    rows r;
+    if (get_rows(dec, n, &r, err))
+        return -1;
     for (int64_t t = 0; t < n; t++)
-        ms_mat_row(&dec->embed, f->ids[t], dec->x + t * d);
+        ms_mat_row(&dec->embed, f->ids[t], r.x + t * d);
+    /* layer-major: each layer runs over all n positions (attention a block
+     * of max_batch at a time, in order, so a block sees the keys of the
+     * blocks before it) before the next layer, so a layer's experts are
+     * fetched once for the whole call */
     for (int l = 0; l < b->n_layers; l++) {
         ms_decoder_layer *L = &dec->layers[l];
         t1 = ms_now();
         tm->other += t1 - t0;
-        ms_rmsnorm(dec->x, L->attn_norm, dec->eps, n, d, dec->xn);
-        if (L->use_mla ? ms_mla_forward(&L->mla, f, l, dec->xn, dec->tmp, dec->work, err)
-                       : ms_gqa_forward(&L->attn, f, l, dec->xn, dec->tmp, dec->work, err))
-            return -1;
-        ms_add(dec->x, dec->tmp, n * d);
-        ms_trace_f32(f->trace, dec->x, n, d, "L%d.attn_out", l);
+        for (int64_t b0 = 0; b0 < n; b0 += B) {
+            ms_fwd fb = *f;
+            fb.ids = f->ids + b0;
+            fb.n = n - b0 < B ? n - b0 : B;
+            fb.pos0 = f->pos0 + b0;
+            float *x = r.x + b0 * d;
+            ms_rmsnorm(x, L->attn_norm, dec->eps, fb.n, d, dec->xn);
+            if (L->use_mla ? ms_mla_forward(&L->mla, &fb, l, dec->xn, dec->tmp, dec->work, err)
+                           : ms_gqa_forward(&L->attn, &fb, l, dec->xn, dec->tmp, dec->work, err))
+                return -1;
+            ms_add(x, dec->tmp, fb.n * d);
+        }
+        ms_trace_f32(f->trace, r.x, n, d, "L%d.attn_out", l);
         t0 = ms_now();
         tm->attn += t0 - t1;
-        ms_rmsnorm(dec->x, L->ffn_norm, dec->eps, n, d, dec->xn);
-        if (ffn(dec, f, l, err))
+        ms_rmsnorm(r.x, L->ffn_norm, dec->eps, n, d, r.xn);
+        if (ffn(dec, f, l, &r, err))
             return -1;
-        if (!ms_all_finite(dec->x, n * d))
+        ms_add(r.x, r.out, n * d);
+        ms_trace_f32(f->trace, r.x, n, d, "L%d.moe_out", l);
+        if (b->prefetch && n == 1)
+            prefetch_next(dec, l, r.x, dec->work);
+        else if (b->prefetch && b->experts)
+            prefetch_all_next(dec, l, n);
+        if (!ms_all_finite(r.x, n * d))
             return ms_err_set(err, MS_E_FORMAT, "layer %d produced non-finite values (NaN or "
                               "Inf) in the residual stream: the checkpoint's weights or "
                               "config give them", l);
@@ -147,7 +245,7 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         tm->experts += t1 - t0;
         t0 = t1;
     }
-    head(dec, f);
+    head(dec, f, r.x);
     tm->head += ms_now() - t0;
     return 0;
 }

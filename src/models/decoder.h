@@ -11,7 +11,12 @@
  * dense) and binds their
  * weights; the loop, the scratch, the trace names (L<l>.attn_out,
  * L<l>.router_logits, L<l>.topk_ids, L<l>.topk_w, L<l>.moe_out, final_norm,
- * logits), the timers and the decode prefetch live here once. */
+ * logits), the timers and the prefetch live here once.
+ *
+ * The loop is layer-major: a call of n positions (up to ms_model.max_span)
+ * runs each layer over all of them before the next, attention in blocks of
+ * max_batch, so a layer's routed experts are fetched once per call, not
+ * once per block. */
 #ifndef MS_MODELS_DECODER_H
 #define MS_MODELS_DECODER_H
 
@@ -39,7 +44,8 @@ typedef struct ms_decoder {
     ms_mat embed, lm_head;              /* [vocab][d] */
     const float *final_norm;
     ms_decoder_layer *layers;           /* [n_layers] */
-    /* scratch for max_batch positions */
+    /* scratch for max_batch positions (longer calls: ms_model.span) */
+    int64_t max_experts, max_topk;      /* routing scratch per position */
     float *x, *xn, *tmp, *rlogits, *topw, *work;
     float *shared_out;                  /* [max_batch][d] when a layer has shared experts */
     int32_t *topi;

@@ -80,7 +80,13 @@ typedef struct ms_model {
     ms_arena arena;           /* resident small tensors and scratch */
     int n_layers;
     int64_t d_model, vocab, max_ctx;
-    int max_batch;
+    int max_batch;            /* most positions per attention block (the scratch) */
+    /* Most positions per forward call: a family whose loop runs each layer
+     * over the whole call (layer-major, ms_decoder) takes up to max_span,
+     * set by the engine from memory; the others take max_batch. */
+    int max_span;
+    int64_t span_row_bytes;   /* bytes per position of a span beyond max_batch; 0 = none */
+    ms_scratch span;          /* those buffers, grown on demand */
     int64_t *kv_row;          /* [n_layers] elements per position */
     int *kv_group;            /* [n_layers] elements per FP8 scale (a head) */
     int64_t *kv_plane;        /* [n_layers] elements per plane of the cache (kvcache.h) */

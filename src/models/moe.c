@@ -185,13 +185,25 @@ void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int6
     ms_matmul(down, H, rows, Y);
 }
 
+/* Rows of experts' FFNs computed together at most: the work areas are
+ * bounded by this, not by the number of positions, so a whole prompt can go
+ * through a layer at once (each row's result does not depend on the rows
+ * beside it). */
+#define CHUNK_ROWS 1024
+
+static int64_t chunk_rows(const ms_moe *m, int64_t n)
+{
+    int64_t rows = n * m->top_k;
+    return rows < CHUNK_ROWS ? rows : CHUNK_ROWS;
+}
+
 int64_t ms_moe_scratch(const ms_moe *m, int64_t n)
 {
-    /* for up to n * top_k routed rows: gathered inputs, FFN work, outputs;
-     * then all contributions, slots, union */
-    int64_t rows = n * m->top_k;
-    return rows * m->d_model + rows * 3 * m->d_ff + rows * m->d_model +
-           n * m->top_k * m->d_model + n * m->top_k + m->n_experts;
+    /* gathered inputs, FFN work and outputs for a chunk of rows; then all
+     * contributions [n][k][d], slots [chunk] and the union [n_experts] */
+    int64_t C = chunk_rows(m, n);
+    return C * m->d_model + C * 3 * m->d_ff + C * m->d_model + n * m->top_k * m->d_model + C +
+           m->n_experts;
 }
 
 /* The clipped SwiGLU of gpt_oss on gate_up rows (interleaved gate, up). */
@@ -217,6 +229,7 @@ typedef struct expert_run {
     ms_expert_lease lease;
     int64_t row0;
     int rows;
+    int last;               /* the lease's last run: put it back after this group */
 } expert_run;
 
 /* One phase of a group in one dispatch: product `mat` of every expert on
@@ -267,24 +280,22 @@ static void experts_ffn(const ms_moe *m, const expert_run *g, int ng, int64_t R,
                     g[i].rows, d);
 }
 
-/* Gathers the rows routed to run->lease.expert at row `row0` of X, noting
- * their slots. */
+/* Gathers rows [skip, skip + run->rows) of those routed to run->lease.expert
+ * (in position order) at row `row0` of X, noting their slots. */
 static void gather(const ms_moe *m, const float *x, int64_t n, const int32_t *ids,
-                   expert_run *run, int64_t row0, float *X, int32_t *slot)
+                   expert_run *run, int64_t skip, float *X, int32_t *slot)
 {
-    int64_t d = m->d_model, k = m->top_k;
-    run->row0 = row0;
-    run->rows = 0;
-    for (int64_t i = 0; i < n * k; i++)
-        if (ids[i] == run->lease.expert) {
-            slot[row0 + run->rows] = (int32_t)i;
-            memcpy(X + (row0 + run->rows) * d, x + (i / k) * d, (size_t)d * 4);
-            run->rows++;
+    int64_t d = m->d_model, k = m->top_k, seen = 0, got = 0;
+    for (int64_t i = 0; i < n * k && got < run->rows; i++)
+        if (ids[i] == run->lease.expert && seen++ >= skip) {
+            slot[run->row0 + got] = (int32_t)i;
+            memcpy(X + (run->row0 + got) * d, x + (i / k) * d, (size_t)d * 4);
+            got++;
         }
 }
 
-/* Runs a group and scatters its outputs to their slots, then puts its
- * leases back. */
+/* Runs a group and scatters its outputs to their slots, then puts back the
+ * leases whose last rows it ran. */
 static void run_group(const ms_moe *m, ms_expert_store *st, expert_run *g, int ng, int64_t R,
                       const float *X, float *work, float *Y, const int32_t *slot, float *contrib)
 {
@@ -293,40 +304,56 @@ static void run_group(const ms_moe *m, ms_expert_store *st, expert_run *g, int n
     for (int64_t r = 0; r < R; r++)
         memcpy(contrib + (int64_t)slot[r] * d, Y + r * d, (size_t)d * 4);
     for (int i = 0; i < ng; i++)
-        ms_expert_put(st, &g[i].lease);
+        if (g[i].last)
+            ms_expert_put(st, &g[i].lease);
 }
 
 int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t n,
                    const int32_t *ids, const float *w, float *out, float *scratch,
                    ms_err *err)
 {
-    int64_t d = m->d_model, k = m->top_k, R = n * k;
-    float *X = scratch, *work = X + R * d, *Y = work + R * 3 * m->d_ff;
-    float *contrib = Y + R * d;           /* [n][k][d] */
-    int32_t *slot = (int32_t *)(contrib + n * k * d); /* [n*k] slot of each gathered row */
-    int32_t *uni = slot + n * k;          /* [n_experts] the union, ascending */
+    int64_t d = m->d_model, k = m->top_k, C = chunk_rows(m, n);
+    float *X = scratch, *work = X + C * d, *Y = work + C * 3 * m->d_ff;
+    float *contrib = Y + C * d;                  /* [n][k][d] */
+    int32_t *slot = (int32_t *)(contrib + n * k * d); /* [C] slot of each gathered row */
+    int32_t *uni = slot + C;                     /* [n_experts] the union, ascending */
+    int32_t count[MS_ROUTER_MAX_EXPERTS] = {0};  /* rows routed to each expert */
 
+    for (int64_t i = 0; i < n * k; i++)
+        if (ids[i] < m->n_experts)
+            count[ids[i]]++;
     int nu = 0;
     for (int e = 0; e < m->n_experts; e++)
-        for (int64_t i = 0; i < n * k; i++)
-            if (ids[i] == e) {
-                uni[nu++] = e;
-                break;
-            }
+        if (count[e])
+            uni[nu++] = e;
     if (nu && ms_expert_batch_begin(st, m->layer, uni, nu, err))
         return -1;
     /* experts arrive in completion order; each writes only its own slots.
      * Where the store lets a batch's leases be held together (page cache:
-     * they are views of the mapping) the whole layer is one group, else
-     * each expert is a group of its own while the next one loads. */
+     * they are views of the mapping) a group gathers experts up to C rows,
+     * else each expert is a group of its own while the next one loads; an
+     * expert with more than C rows runs in pieces of C. */
     int together = ms_expert_batch_holds_all(st);
     expert_run g[GROUP_MAX];
     int ng = 0, rc = 0;
     int64_t rows = 0;
-    while (nu && (rc = ms_expert_batch_next(st, &g[ng].lease, err)) == 1) {
-        gather(m, x, n, ids, &g[ng], rows, X, slot);
-        rows += g[ng++].rows;
-        if (!together || ng == GROUP_MAX) {
+    ms_expert_lease lease;
+    while (nu && (rc = ms_expert_batch_next(st, &lease, err)) == 1) {
+        int64_t total = count[lease.expert];
+        for (int64_t done = 0; done < total;) {
+            if (ng == GROUP_MAX || rows == C) {
+                run_group(m, st, g, ng, rows, X, work, Y, slot, contrib);
+                ng = 0;
+                rows = 0;
+            }
+            int64_t take = total - done < C - rows ? total - done : C - rows;
+            g[ng] = (expert_run){lease, rows, (int)take, done + take == total};
+            gather(m, x, n, ids, &g[ng], done, X, slot);
+            rows += take;
+            done += take;
+            ng++;
+        }
+        if (!together) {
             run_group(m, st, g, ng, rows, X, work, Y, slot, contrib);
             ng = 0;
             rows = 0;
@@ -334,7 +361,8 @@ int ms_moe_forward(const ms_moe *m, ms_expert_store *st, const float *x, int64_t
     }
     if (rc < 0) {
         for (int i = 0; i < ng; i++)
-            ms_expert_put(st, &g[i].lease);
+            if (g[i].last)
+                ms_expert_put(st, &g[i].lease);
         return -1;
     }
     if (ng)

@@ -69,6 +69,7 @@ void *ms_model_create(const void *tmp, size_t size, const ms_family *fam, int n_
     m->d_model = d_model;
     m->vocab = vocab;
     m->max_batch = opts->max_batch > 0 ? opts->max_batch : 1;
+    m->max_span = m->max_batch;
     m->n_experts = n_experts;
     m->n_experts_used = n_used;
     if (!opts->check_only)
@@ -82,6 +83,7 @@ void ms_model_free(ms_model *m)
         return;
     ms_expert_store_close(m->experts);
     ms_arena_free(&m->arena);
+    free(m->span.p);
     free(m->kv_row);
     free(m->kv_window);
     free(m->kv_group);

@@ -45,10 +45,10 @@ static void choose_context(ms_engine *eng, const ms_engine_opts *o)
     }
     eng->default_ctx = ctx;
     eng->kv_fmt = f;
-    if (why && !o->quiet)
-        fprintf(stderr, "moestream: context %lld tokens (model maximum %lld), KV cache %s, "
+    if (why)
+        ms_logf(&eng->log, "context %lld tokens (model maximum %lld), KV cache %s, "
                 "%.2f GB (%s in the KV budget of %.2f GB, an eighth of the %.1f GB available; "
-                "f32 takes %.1f KB/token); --ctx and --kv override\n", (long long)ctx,
+                "f32 takes %.1f KB/token); --ctx and --kv override", (long long)ctx,
                 (long long)m->max_ctx, ms_kvfmt_name(f), (double)(per * ctx) / 1e9, why,
                 (double)budget / 1e9, (double)avail / 1e9, (double)p32 / 1024);
 }
@@ -113,20 +113,42 @@ static int load_model(ms_engine *eng, ms_err *err)
 
 /* Locks the dense weights in memory so that streaming experts cannot evict
  * them; an optimisation, so a refusal is reported and not fatal. */
-static void pin_dense(ms_engine *eng, int quiet)
+static void pin_dense(ms_engine *eng)
 {
     for (int i = 0; i < eng->n_dense; i++) {
         const ms_span *s = &eng->dense[i];
         uint64_t a = s->offset & ~4095ull, len = s->offset + s->nbytes - a;
         const void *p = eng->ck->files[s->file].map + a;
         if (mlock(p, len)) {
-            if (!quiet)
-                fprintf(stderr, "moestream: cannot pin dense weights (mlock: %s); streaming "
-                        "may evict them\n", strerror(errno));
+            ms_logf(&eng->log, "cannot pin dense weights (mlock: %s); streaming may evict "
+                    "them", strerror(errno));
             return;
         }
         eng->pinned_bytes += len;
     }
+}
+
+/* Most positions a prefill call runs through each layer at once (a
+ * layer-major family: ms_model.span_row_bytes > 0): what a 32nd of the
+ * memory available holds, in whole blocks, at most the context; returns the
+ * bytes it takes beyond a block's scratch. Each layer's experts are read
+ * once per span, so under a memory limit a prompt of up to that many tokens
+ * reads each expert it routes to once. */
+static uint64_t choose_span(ms_engine *eng, const ms_engine_opts *o, uint64_t avail)
+{
+    ms_model *m = eng->model;
+    int64_t B = m->max_batch, span = B;
+    if (m->span_row_bytes > 0) {
+        uint64_t budget = avail ? avail / 32 : 1ull << 30;
+        span = o->span > 0 ? o->span : (int64_t)(budget / (uint64_t)m->span_row_bytes);
+        int64_t ctx = (eng->default_ctx + B - 1) / B * B;
+        span = span > ctx ? ctx : span;
+        span = span > MS_MAX_SPAN ? MS_MAX_SPAN : span;
+        span = o->span > 0 ? span : span / B * B;
+        span = span < 1 ? 1 : span;
+    }
+    m->max_span = (int)span;
+    return span > B ? (uint64_t)((span - B) * m->span_row_bytes) : 0;
 }
 
 /* Chooses where experts live: the page cache when the whole model fits in
@@ -140,6 +162,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     /* what cannot fit is refused here, with the numbers, before anything
      * big is allocated (an OOM kill names nothing) */
     uint64_t resident = eng->dense_bytes - eng->embed_bytes;
+    uint64_t span = choose_span(eng, o, avail);
     if (avail && kv + resident + reserve > avail)
         return ms_err_set(err, MS_E_NOMEM, "a context of %lld tokens needs %.2f GB of KV cache "
                           "per session, with %.2f GB of dense weights more than the %.2f GB "
@@ -157,26 +180,26 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     int place = o->placement;
     if (place == MS_PLACE_AUTO)
         place = o->ram > 0 || o->cache_slots > 0 ? MS_PLACE_CACHE
-              : (!avail || eng->dense_bytes + experts + kv + reserve < avail) ? MS_PLACE_PAGECACHE
-                                                                              : MS_PLACE_CACHE;
+              : !avail || eng->dense_bytes + experts + kv + span + reserve < avail
+                  ? MS_PLACE_PAGECACHE
+                  : MS_PLACE_CACHE;
     ms_expert_opts eo = {.policy = MS_EXPERTS_PAGECACHE, .io_threads = o->io_threads,
-                         .buffered = o->buffered};
+                         .buffered = o->buffered, .log = eng->log};
     if (place == MS_PLACE_CACHE) {
-        uint64_t used = eng->dense_bytes - eng->embed_bytes + kv + reserve;
+        uint64_t used = eng->dense_bytes - eng->embed_bytes + kv + reserve + span;
         eo.policy = MS_EXPERTS_CACHE;
         eo.budget = o->ram > 0 ? (uint64_t)o->ram : avail > used ? avail - used : 0;
         eo.slots = o->cache_slots;
         eo.read_depth = o->reads;
-        pin_dense(eng, o->quiet);
+        pin_dense(eng);
     }
     if (ms_expert_store_start(m->experts, eng->ck, &eo, err))
         return ms_err_wrap(err, "placing experts");
     m->prefetch = !o->no_prefetch;
-    if (!o->quiet)
-        fprintf(stderr, "moestream: experts %.2f GB, dense %.2f GB%s, %.1f GB available: %s\n",
-                (double)experts / 1e9, (double)eng->dense_bytes / 1e9,
-                eng->pinned_bytes ? " (pinned)" : "", (double)avail / 1e9,
-                ms_expert_store_describe(m->experts));
+    ms_logf(&eng->log, "experts %.2f GB, dense %.2f GB%s, %.1f GB available: %s",
+            (double)experts / 1e9, (double)eng->dense_bytes / 1e9,
+            eng->pinned_bytes ? " (pinned)" : "", (double)avail / 1e9,
+            ms_expert_store_describe(m->experts));
     if (o->trace_path) {
         eng->trace = fopen(o->trace_path, "w");
         if (!eng->trace)
@@ -207,6 +230,8 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
                           ms_pool_threads(), opts->n_threads);
     }
     eng->n_threads = ms_pool_threads();
+    if (!opts->quiet)
+        eng->log = (ms_logger){opts->log, opts->log_user};
     if (ms_kernels_set_fast(opts->precision == MS_PRECISION_FAST)) {
         free(eng);
         return ms_err_set(err, MS_E_UNSUPPORTED, "precision fast needs AVX-512 with "
@@ -236,6 +261,7 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
         ms_engine_close(eng);
         return -1;
     }
+    eng->info.prefill_span = eng->model->max_span;
     *out = eng;
     return 0;
 }

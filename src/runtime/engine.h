@@ -3,14 +3,18 @@
 #define MS_RUNTIME_ENGINE_H
 
 #include "moestream.h"
+#include "base/log.h"
 #include "models/family.h"
 
 #define MS_MAX_STOP 16
 /* Positions a sliding-window layer keeps beyond its window, so a session can
  * rewind (ms_session_truncate) that far without losing keys it still needs. */
 #define MS_REWIND_SLACK 256
-/* Positions per forward call (prompt blocks). */
+/* Positions per attention block (and per forward call of a family that is
+ * not layer-major). */
 #define MS_MAX_BATCH 256
+/* Most positions per layer-major prefill call (ms_engine_opts.span). */
+#define MS_MAX_SPAN 16384
 
 struct ms_engine {
     ms_checkpoint *ck;
@@ -28,6 +32,7 @@ struct ms_engine {
     uint64_t pinned_bytes;
     FILE *trace;             /* expert routing trace, or NULL */
     ms_chat_template *chat_template; /* the folder's (or the file's), NULL: none */
+    ms_logger log;           /* the caller's notices function (none when quiet) */
 };
 
 /* The engine behind a session (the session struct is private to session.c). */

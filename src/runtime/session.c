@@ -1,5 +1,5 @@
 /* Session: one timeline over an engine — KV cache, position, last logits.
- * Splits evaluations into blocks of at most max_batch positions; refuses
+ * Splits evaluations into calls of at most max_span positions; refuses
  * (before touching the cache) anything that would pass the context. */
 #include <stdlib.h>
 #include <string.h>
@@ -162,8 +162,8 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
         return -1;
     ms_model *m = s->eng->model;
     double t0 = ms_now();
-    for (int64_t off = 0; off < n; off += m->max_batch) {
-        int64_t nb = n - off < m->max_batch ? n - off : m->max_batch;
+    for (int64_t off = 0; off < n; off += m->max_span) {
+        int64_t nb = n - off < m->max_span ? n - off : m->max_span;
         int last = off + nb == n;
         ms_fwd f = {
             .ids = ids + off, .n = nb, .pos0 = s->pos, .kv = s->kv, .scratch = &s->scratch,
@@ -294,11 +294,13 @@ void ms_session_stats(const ms_session *s, ms_stats *out)
         ms_expert_store_stats(st, &e);
         out->expert_requests = e.requests;
         out->expert_hits = e.hits;
+        out->expert_prefetch_hits = e.prefetch_hits;
+        out->expert_misses = e.misses;
         out->bytes_read = e.bytes_read;
+        out->prefetch_bytes = e.prefetch_bytes;
         out->prefetch_predicted = e.prefetch_predicted;
         out->prefetch_correct = e.prefetch_correct;
         out->prefetch_issued = e.prefetch_issued;
-        out->prefetch_used = e.prefetch_used;
         out->prefetch_wasted_bytes = e.prefetch_wasted_bytes;
         out->t_io_wait = e.t_wait;
     }

@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "base/rng.h"
 #include "models/family.h"
 
@@ -401,11 +402,11 @@ int ms_synth(const ms_synth_opts *o, ms_error *err)
         goto out;
     ms_rng r;
     ms_rng_seed(&r, o->seed);
+    ms_logger lg = {o->quiet ? NULL : o->log, o->log_user};
     double t0 = ms_now();
     for (int s = 0; s < n_sh; s++) {
-        if (!o->quiet)
-            fprintf(stderr, "synth: %s (%d tensors, %.2f GB)\n", sh[s].name, sh[s].count,
-                    (double)sh[s].bytes / 1e9);
+        ms_logf(&lg, "synth: %s (%d tensors, %.2f GB)", sh[s].name, sh[s].count,
+                (double)sh[s].bytes / 1e9);
         if (write_shard(o->out_dir, &sh[s], b.specs, strcmp(fam->model_type, "gpt_oss") != 0,
                         &r, buf, cap, err))
             goto out;
@@ -414,12 +415,10 @@ int ms_synth(const ms_synth_opts *o, ms_error *err)
         write_json(o->out_dir, "config.json", cfg, err) ||
         (gen && write_json(o->out_dir, "generation_config.json", gen, err)))
         goto out;
-    if (!o->quiet) {
-        double dt = ms_now() - t0;
-        fprintf(stderr, "synth: %d tensors, %.2f GB in %d file%s, %.1f s (%.0f MB/s)\n",
-                b.n_specs, (double)total / 1e9, n_sh, n_sh > 1 ? "s" : "", dt,
-                dt > 0 ? (double)total / 1e6 / dt : 0.0);
-    }
+    double dt = ms_now() - t0;
+    ms_logf(&lg, "synth: %d tensors, %.2f GB in %d file%s, %.1f s (%.0f MB/s)", b.n_specs,
+            (double)total / 1e9, n_sh, n_sh > 1 ? "s" : "", dt,
+            dt > 0 ? (double)total / 1e6 / dt : 0.0);
     rc = 0;
 out:
     free(buf);

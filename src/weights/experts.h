@@ -31,6 +31,7 @@
 
 #include "base/error.h"
 #include "base/io.h"
+#include "base/log.h"
 #include "format/checkpoint.h"
 #include "kernels/kernels.h"
 #include "weights/bind.h"
@@ -59,15 +60,23 @@ typedef struct ms_expert_opts {
     int read_depth;         /* cache: a batch's experts read at once (default 2) */
     int buffered;           /* cache: 1 = never try O_DIRECT */
     ms_io *io;              /* tests: use this backend (the store takes ownership) */
+    ms_logger log;          /* notices (a fallback taken); none when fn is NULL */
 } ms_expert_opts;
 
 typedef struct ms_expert_stats {
-    int64_t requests, hits;          /* demand requests; hits = already cached or loading */
-    int64_t bytes_read;              /* bytes read from disk into slots */
+    /* every expert a batch asks for is exactly one of: a hit (in memory,
+     * no read issued for it by anyone), a prefetch hit (brought, or still
+     * being brought, by a read a prefetch started for this visit) or a miss
+     * (read on demand); requests = hits + prefetch_hits + misses. Under the
+     * page-cache policy "in memory" is the kernel's: the expert's first page
+     * resident when asked for (mincore). */
+    int64_t requests, hits, prefetch_hits, misses;
+    int64_t bytes_read;              /* bytes read from disk into slots, demand and prefetch */
+    int64_t prefetch_bytes;          /* of bytes_read: by prefetch */
     int64_t prefetch_predicted;      /* distinct experts predicted for the next layer */
     int64_t prefetch_correct;        /* ... that the layer then asked for */
-    int64_t prefetch_issued, prefetch_used; /* reads started by prefetch; later hit */
-    int64_t prefetch_wasted_bytes;   /* prefetched, evicted unused */
+    int64_t prefetch_issued;         /* reads (or page-cache advice) started by prefetch */
+    int64_t prefetch_wasted_bytes;   /* prefetched, then not asked for by that visit */
     double t_wait;                   /* seconds blocked waiting for reads */
 } ms_expert_stats;
 

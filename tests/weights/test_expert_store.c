@@ -12,6 +12,7 @@
 #include "weights/experts.h"
 
 static char fixture[1024];
+static volatile uint8_t t_sink;
 
 typedef struct loaded {
     ms_checkpoint *ck;
@@ -242,6 +243,97 @@ static void test_prefetch_respects_leases(void)
     unload(&ref);
 }
 
+/* Takes every expert of one batch and puts it back; the batch's rc. */
+static int drain(ms_expert_store *st, int layer, const int32_t *ids, int n, ms_err *err)
+{
+    ms_expert_lease a;
+    int rc;
+    if (ms_expert_batch_begin(st, layer, ids, n, err))
+        return -1;
+    while ((rc = ms_expert_batch_next(st, &a, err)) == 1)
+        ms_expert_put(st, &a);
+    return rc;
+}
+
+/* Honest accounting: an expert a prefetch read for a visit is a prefetch
+ * hit of that visit, never a hit; a hit is an expert in memory with no read
+ * issued for it; every request is exactly one of hit, prefetch hit, miss;
+ * prefetched bytes a visit does not ask for are wasted. */
+static void test_accounting(void)
+{
+    loaded l;
+    if (load(fixture, &l)) {
+        CHECK(0, "fixture not loadable");
+        return;
+    }
+    ms_err err = {0};
+    ms_expert_store *st = l.m->experts;
+    ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 8};
+    CHECK(ms_expert_store_start(st, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    int64_t eb = (int64_t)ms_expert_bytes(st, 0, 0);
+    int32_t a[2] = {0, 1}, b[2] = {2, 3}, c[1] = {4}, d[1] = {5};
+    ms_expert_stats s;
+    CHECK(drain(st, 0, a, 2, &err) == 0, "%s", err.msg); /* cold: two misses */
+    ms_expert_store_stats(st, &s);
+    CHECK(s.requests == 2 && s.misses == 2 && s.hits == 0 && s.prefetch_hits == 0,
+          "cold batch: %lld requests, %lld misses, %lld hits", (long long)s.requests,
+          (long long)s.misses, (long long)s.hits);
+    CHECK(s.bytes_read >= 2 * eb && s.prefetch_bytes == 0, "cold batch read %lld bytes",
+          (long long)s.bytes_read);
+    CHECK(drain(st, 0, a, 2, &err) == 0, "%s", err.msg); /* again: two hits */
+    ms_expert_prefetch(st, 1, b, 2);
+    CHECK(drain(st, 1, b, 2, &err) == 0, "%s", err.msg); /* prefetched: not hits */
+    ms_expert_store_stats(st, &s);
+    CHECK(s.hits == 2 && s.prefetch_hits == 2 && s.misses == 2,
+          "after a prefetched batch: %lld hits, %lld prefetch hits, %lld misses",
+          (long long)s.hits, (long long)s.prefetch_hits, (long long)s.misses);
+    CHECK(s.prefetch_issued == 2 && s.prefetch_bytes >= 2 * eb && s.prefetch_wasted_bytes == 0,
+          "prefetch: %lld issued, %lld bytes, %lld wasted", (long long)s.prefetch_issued,
+          (long long)s.prefetch_bytes, (long long)s.prefetch_wasted_bytes);
+    CHECK(drain(st, 1, b, 2, &err) == 0, "%s", err.msg); /* now cached: hits */
+    ms_expert_prefetch(st, 2, c, 1);
+    CHECK(drain(st, 2, d, 1, &err) == 0, "%s", err.msg); /* mispredicted: a miss */
+    ms_expert_store_stats(st, &s);
+    CHECK(s.hits == 4 && s.prefetch_hits == 2 && s.misses == 3,
+          "after a mispredicted batch: %lld hits, %lld prefetch hits, %lld misses",
+          (long long)s.hits, (long long)s.prefetch_hits, (long long)s.misses);
+    CHECK(s.prefetch_wasted_bytes >= eb, "wasted %lld bytes", (long long)s.prefetch_wasted_bytes);
+    CHECK(s.requests == s.hits + s.prefetch_hits + s.misses, "%lld requests",
+          (long long)s.requests);
+    CHECK(s.prefetch_predicted == 3 && s.prefetch_correct == 2, "predicted %lld, correct %lld",
+          (long long)s.prefetch_predicted, (long long)s.prefetch_correct);
+    unload(&l);
+}
+
+/* The page-cache policy counts the same way (requests = hits + prefetch
+ * hits + misses); the fixture, just read, is resident, so all are hits. */
+static void test_accounting_pagecache(void)
+{
+    loaded l;
+    if (load(fixture, &l)) {
+        CHECK(0, "fixture not loadable");
+        return;
+    }
+    ms_err err = {0};
+    ms_expert_store *st = l.m->experts;
+    ms_expert_opts o = {.policy = MS_EXPERTS_PAGECACHE};
+    CHECK(ms_expert_store_start(st, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    for (uint64_t i = 0; i < l.ck->files[0].size; i += 4096) /* make it resident */
+        t_sink += l.ck->files[0].map[i];
+    for (int f = 1; f < l.ck->n_files; f++)
+        for (uint64_t i = 0; i < l.ck->files[f].size; i += 4096)
+            t_sink += l.ck->files[f].map[i];
+    int32_t a[3] = {0, 1, 2};
+    CHECK(drain(st, 0, a, 3, &err) == 0, "%s", err.msg);
+    ms_expert_stats s;
+    ms_expert_store_stats(st, &s);
+    CHECK(s.requests == 3 && s.hits == 3 && s.prefetch_hits == 0 && s.misses == 0 &&
+          s.bytes_read == 0, "page cache: %lld requests, %lld hits, %lld misses, %lld bytes",
+          (long long)s.requests, (long long)s.hits, (long long)s.misses,
+          (long long)s.bytes_read);
+    unload(&l);
+}
+
 int main(void)
 {
     snprintf(fixture, sizeof fixture, "%s/gpt_oss", t_fixtures_dir());
@@ -256,5 +348,7 @@ int main(void)
     TEST_CASE(test_truncated_shard);
     TEST_CASE(test_truncated_shard_mapped);
     TEST_CASE(test_prefetch_respects_leases);
+    TEST_CASE(test_accounting);
+    TEST_CASE(test_accounting_pagecache);
     return t_finish();
 }
