@@ -49,7 +49,7 @@ typedef struct run_opts {
     const char *system, *effort, *chat_template, *json_schema;
     int json_any;                                    /* --json: any JSON object */
     int placement, no_prefetch, buffered, precision, kv;
-    int64_t ram, io_threads, cache_slots, reads, span;
+    int64_t ram, io_threads, cache_slots, reads, span, early;
     int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */
     int ids, ignore_eos, stats, raw, hide_reasoning, thinking, no_reuse;
     int have_temp, have_top_p, have_top_k, have_min_p, have_seed;

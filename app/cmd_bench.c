@@ -15,7 +15,7 @@
 typedef struct bench_opts {
     const char *model, *trace;
     int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads, context,
-        span;
+        span, early;
     int placement, no_prefetch, buffered, floor, precision, kv;
 } bench_opts;
 
@@ -33,7 +33,7 @@ static int parse(int argc, char **argv, bench_opts *o)
             {"--io-threads", &o->io_threads, 1, 256},
             {"--cache-slots", &o->cache_slots, 1, INT32_MAX}, {"--disk", &o->disk, 1, 100000},
             {"--reads", &o->reads, 1, 1024},     {"--context", &o->context, 0, INT64_C(1) << 30},
-            {"--prefill-span", &o->span, 1, 1 << 20},
+            {"--prefill-span", &o->span, 1, 1 << 20}, {"--prefetch-early", &o->early, 0, 64},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++)
@@ -156,7 +156,7 @@ int cmd_bench(int argc, char **argv)
                          .placement = o.placement,
                          .ram = o.ram, .io_threads = (int)o.io_threads,
                          .cache_slots = (int)o.cache_slots, .reads = (int)o.reads,
-                         .span = (int)o.span,
+                         .span = (int)o.span, .prefetch_early = (int)o.early,
                          .no_prefetch = o.no_prefetch,
                          .buffered = o.buffered, .trace_path = o.trace,
                          .precision = o.precision, .kv_format = o.kv, .log = cli_log};

@@ -18,7 +18,7 @@ static const struct {
      "[--reasoning-effort E] [--hide-reasoning]\n"
      "                [--chat-template-file FILE] [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
      "[--no-prefetch] [--buffered] [--trace FILE] [--cache-slots N] [--reads N]\n"
-     "                [--prefill-span N]"},
+     "                [--prefill-span N] [--prefetch-early N]"},
     {"chat", cmd_chat,
      "chat MODEL_DIR [--system TEXT] [--think on|off] [--reasoning-effort E] "
      "[--hide-reasoning] [--chat-template-file FILE] [sampling, context and placement options as run]"},

@@ -65,6 +65,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
         NUM_I("--cache-slots", 1, INT32_MAX, o->cache_slots)
         NUM_I("--reads", 1, 1024, o->reads)
         NUM_I("--prefill-span", 1, 1 << 20, o->span)
+        NUM_I("--prefetch-early", 0, 64, o->early)
         NUM_I("-n", 0, INT32_MAX, o->n_predict)
         NUM_I("--ctx", 1, INT64_C(1) << 40, o->ctx)
         NUM_I("--threads", 1, 64, o->threads)
@@ -133,6 +134,7 @@ int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *
     ms_engine_opts eo = {.n_threads = (int)o->threads, .ctx = o->ctx,
                          .placement = o->placement, .ram = o->ram,
                          .cache_slots = (int)o->cache_slots, .reads = (int)o->reads, .span = (int)o->span,
+                         .prefetch_early = (int)o->early,
                          .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
                          .buffered = o->buffered, .trace_path = o->trace,
                          .precision = o->precision, .chat_template_file = o->chat_template,

@@ -71,6 +71,8 @@ typedef struct ms_engine_opts {
     int span;            /* most prompt positions run through a layer at once (each layer's
                           * experts are read once per span); 0 = sized from memory */
     int no_prefetch;     /* disable decode prefetch of the next layer's experts */
+    int prefetch_early;  /* decode: also predict this many of the next layer's experts from
+                          * the residual before a layer's MoE, read while it computes */
     int buffered;        /* never use O_DIRECT for expert reads */
     const char *trace_path; /* write the expert routing trace here */
     int precision;       /* enum ms_precision (process-wide, like n_threads) */

@@ -31,6 +31,10 @@ typedef struct ms_io_vtbl {
      * number moved, or -1 on a backend failure. */
     int (*wait)(ms_io *io, ms_io_req **done, int max, int block, ms_err *err);
     void (*close)(ms_io *io);
+    /* Optional (NULL: not supported): registers n buffers, ascending by
+     * address, that later requests read into, so the kernel pins them once
+     * instead of at every request (io_uring fixed buffers). */
+    int (*register_bufs)(ms_io *io, void *const *bufs, const size_t *lens, int n, ms_err *err);
 } ms_io_vtbl;
 
 struct ms_io {
@@ -60,6 +64,13 @@ static inline int ms_io_submit(ms_io *io, ms_io_req *r, ms_err *err)
 static inline int ms_io_wait(ms_io *io, ms_io_req **done, int max, int block, ms_err *err)
 {
     return io->v->wait(io, done, max, block, err);
+}
+
+/* 0 when registered, 1 when the backend has no such thing, -1 with err. */
+static inline int ms_io_register(ms_io *io, void *const *bufs, const size_t *lens, int n,
+                                 ms_err *err)
+{
+    return io->v->register_bufs ? io->v->register_bufs(io, bufs, lens, n, err) : 1;
 }
 
 static inline void ms_io_close(ms_io *io)

@@ -122,12 +122,14 @@ static void head(ms_decoder *dec, const ms_fwd *f, const float *x)
     }
 }
 
-/* Decode prefetch for the next MoE layer after l, from the residual x [d]
- * after l's MoE: its norm, then its router, top-k. (Predicting earlier, from
- * the pre-MoE residual, overlaps more but read 28% more bytes on the
- * synthetic gpt-oss-20b under 6G: worse on a disk-bound run; docs/perf.md.)
- * tmp: ms_moe_prefetch_scratch floats (the work area is free then). */
-static void prefetch_next(ms_decoder *dec, int l, const float *x, float *tmp)
+/* Decode prefetch for the next MoE layer after l from a residual x [d]: its
+ * norm, then its router, top-k. From the residual after l's MoE (early 0)
+ * all top-k, started at once; from the residual before l's MoE (early 1)
+ * the best prefetch_early of them, started once l's own reads are, so the
+ * disk keeps reading while l's experts compute (docs/perf.md: the early
+ * prediction is less often right and reads more bytes). tmp: d + n_experts
+ * floats (the work area is free then). */
+static void prefetch_next(ms_decoder *dec, int l, const float *x, int early, float *tmp)
 {
     ms_model *b = dec->base;
     for (int nl = l + 1; nl < b->n_layers; nl++) {
@@ -135,7 +137,7 @@ static void prefetch_next(ms_decoder *dec, int l, const float *x, float *tmp)
         if (!N->is_moe)
             continue;
         ms_moe_prefetch_next(b->experts, nl, x, dec->d, N->ffn_norm, dec->eps, &N->router,
-                             tmp);
+                             early ? b->prefetch_early : N->router.top_k, early, tmp);
         return;
     }
 }
@@ -171,6 +173,8 @@ static int ffn(ms_decoder *dec, const ms_fwd *f, int l, const rows *r, ms_err *e
     int64_t n = f->n, d = dec->d, B = b->max_batch;
     if (L->is_moe) {
         int k = L->router.top_k;
+        if (b->prefetch && b->prefetch_early && n == 1)
+            prefetch_next(dec, l, r->x, 1, dec->work);
         ms_route(&L->router, r->xn, n, r->rlogits, r->topi, r->topw);
         ms_trace_f32(f->trace, r->rlogits, n, L->router.n_experts, "L%d.router_logits", l);
         ms_trace_i32(f->trace, r->topi, n, k, "L%d.topk_ids", l);
@@ -234,7 +238,7 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         ms_add(r.x, r.out, n * d);
         ms_trace_f32(f->trace, r.x, n, d, "L%d.moe_out", l);
         if (b->prefetch && n == 1)
-            prefetch_next(dec, l, r.x, dec->work);
+            prefetch_next(dec, l, r.x, 0, dec->work);
         else if (b->prefetch && b->experts)
             prefetch_all_next(dec, l, n);
         if (!ms_all_finite(r.x, n * d))

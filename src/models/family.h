@@ -93,6 +93,7 @@ typedef struct ms_model {
     int64_t *kv_window;       /* [n_layers] 0 = full context, else window */
     ms_expert_store *experts; /* NULL for dense models */
     int prefetch;             /* decode: predict and prefetch the next layer's experts */
+    int prefetch_early;       /* ... and this many of them already before the MoE */
     int n_experts, n_experts_used;
 } ms_model;
 

@@ -122,7 +122,8 @@ void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int3
 }
 
 void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
-                          const float *norm_w, float eps, const ms_router *r, float *tmp)
+                          const float *norm_w, float eps, const ms_router *r, int count,
+                          int deferred, float *tmp)
 {
     float *xn = tmp, *logits = tmp + d;
     int32_t ids[MS_ROUTER_MAX_EXPERTS];
@@ -130,8 +131,12 @@ void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, i
     ms_matmul_ops(ms_kernels_exact(), &r->w, xn, 1, logits);
     if (r->bias)
         ms_add(logits, r->bias, r->n_experts);
-    choose(r, logits, ids);
-    ms_expert_prefetch(st, next_layer, ids, r->top_k);
+    choose(r, logits, ids); /* descending: the best first */
+    count = count < r->top_k ? count : r->top_k;
+    if (deferred)
+        ms_expert_prefetch_deferred(st, next_layer, ids, count);
+    else
+        ms_expert_prefetch(st, next_layer, ids, count);
 }
 
 void ms_moe_prefetch_ids(ms_expert_store *st, const ms_moe *m, const int32_t *ids, int64_t n,

@@ -196,6 +196,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     if (ms_expert_store_start(m->experts, eng->ck, &eo, err))
         return ms_err_wrap(err, "placing experts");
     m->prefetch = !o->no_prefetch;
+    m->prefetch_early = o->prefetch_early;
     ms_logf(&eng->log, "experts %.2f GB, dense %.2f GB%s, %.1f GB available: %s",
             (double)experts / 1e9, (double)eng->dense_bytes / 1e9,
             eng->pinned_bytes ? " (pinned)" : "", (double)avail / 1e9,

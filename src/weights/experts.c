@@ -24,8 +24,9 @@ int ms_expert_store_open(int n_layers, int n_experts, int n_mats, ms_expert_stor
     st->spans = ms_calloc(2 * n, sizeof *st->spans, "expert spans", err);
     st->b_ids = ms_calloc((size_t)n_experts, sizeof *st->b_ids, "expert batch", err);
     st->pred = ms_calloc((size_t)n_experts, sizeof *st->pred, "expert prediction", err);
-    st->pred_layer = -1;
-    if (!st->mats || !st->spans || !st->b_ids || !st->pred ||
+    st->pend_ids = ms_calloc((size_t)n_experts, sizeof *st->pend_ids, "deferred prefetch", err);
+    st->pred_layer = st->pend_layer = -1;
+    if (!st->mats || !st->spans || !st->b_ids || !st->pred || !st->pend_ids ||
         ms_expert_pagecache_start(st, err)) {
         ms_expert_store_close(st);
         return -1;
@@ -44,6 +45,7 @@ void ms_expert_store_close(ms_expert_store *st)
         st->ops->close(st);
     free(st->b_ids);
     free(st->pred);
+    free(st->pend_ids);
     free(st->mats);
     free(st->spans);
     free(st);
@@ -217,7 +219,14 @@ int ms_expert_batch_begin(ms_expert_store *st, int layer, const int32_t *ids, in
             st->st.prefetch_correct += st->pred[ids[i]];
         st->pred_layer = -1;
     }
-    return st->ops->begin(st, err);
+    if (st->ops->begin(st, err))
+        return -1;
+    if (st->pend_layer >= 0) {
+        int pl = st->pend_layer;
+        st->pend_layer = -1;
+        ms_expert_prefetch(st, pl, st->pend_ids, st->pend_n);
+    }
+    return 0;
 }
 
 int ms_expert_batch_next(ms_expert_store *st, ms_expert_lease *out, ms_err *err)
@@ -259,4 +268,13 @@ void ms_expert_prefetch(ms_expert_store *st, int layer, const int32_t *ids, int 
         if (ids[i] >= 0 && ids[i] < st->n_experts)
             st->pred[ids[i]] = 1;
     st->ops->prefetch(st, layer, ids, n);
+}
+
+void ms_expert_prefetch_deferred(ms_expert_store *st, int layer, const int32_t *ids, int n)
+{
+    if (layer < 0 || layer >= st->n_layers || n < 0 || n > st->n_experts)
+        return;
+    memcpy(st->pend_ids, ids, sizeof *ids * (size_t)n);
+    st->pend_n = n;
+    st->pend_layer = layer;
 }

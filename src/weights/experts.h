@@ -112,6 +112,10 @@ int ms_expert_get(ms_expert_store *st, int layer, int e, ms_expert_lease *out, m
 
 /* Advisory: starts loading experts of a layer that are likely needed soon. */
 void ms_expert_prefetch(ms_expert_store *st, int layer, const int32_t *ids, int n);
+/* The same, started by the next ms_expert_batch_begin once that batch's own
+ * reads are on their way (a prediction made before a batch whose reads
+ * must come first); replaces one still pending. */
+void ms_expert_prefetch_deferred(ms_expert_store *st, int layer, const int32_t *ids, int n);
 
 /* Writes every batch request as a line "B <layer> <id>..." after a header
  * (the routing trace replayed by `moestream replay`). f stays the caller's. */

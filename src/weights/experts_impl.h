@@ -52,6 +52,8 @@ struct ms_expert_store {
     int b_layer, b_n, b_done;
     int32_t *b_ids;
     ms_expert_stats st;
+    int pend_layer, pend_n;         /* deferred prefetch (layer -1: none) */
+    int32_t *pend_ids;              /* [n_experts] */
     int pred_layer;                 /* the layer predictions were made for, or -1 */
     uint8_t *pred;                  /* [n_experts]: predicted for pred_layer */
     FILE *trace;

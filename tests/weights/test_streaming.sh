@@ -36,6 +36,7 @@ for cfg in "gpt_oss tiny 3" "gpt_oss tiny2 4"; do
            "cache_iothreads3 --experts cache --cache-slots $K --io-threads 3 --feed 3" \
            "cache_buffered --experts cache --cache-slots $K --buffered --feed 1" \
            "cache_noprefetch --experts cache --cache-slots $K --no-prefetch --feed 1" \
+           "cache_prefetch_early --experts cache --cache-slots $((2 * K)) --prefetch-early 2 --feed 1" \
            "cache_large --experts cache --ram 64M --feed 2" \
            "pagecache_noprefetch --experts pagecache --no-prefetch --feed 1"; do
     set -- $v; name=$1; shift
