@@ -122,40 +122,34 @@ static void head(ms_decoder *dec, const ms_fwd *f, const float *x)
     }
 }
 
-/* Decode prefetch for the next MoE layer after l from a residual x [d]: its
- * norm, then its router, top-k. From the residual after l's MoE (early 0)
- * all top-k, started at once; from the residual before l's MoE (early 1)
- * the best prefetch_early of them, started once l's own reads are, so the
- * disk keeps reading while l's experts compute (docs/perf.md: the early
- * prediction is less often right and reads more bytes). tmp: d + n_experts
- * floats (the work area is free then). */
-static void prefetch_next(ms_decoder *dec, int l, const float *x, int early, float *tmp)
+/* Prefetch for the next MoE layer after l, from the residuals x [n][d] of
+ * the call's rows. A few rows (a decode step, one or several sequences):
+ * each row's prediction (the next layer's norm and router, top-k), their
+ * union read at once. From the residual after l's MoE (early 0) all top-k;
+ * from the residual before l's MoE (early 1) each row's best prefetch_early,
+ * started once l's own reads are, so the disk keeps reading while l's
+ * experts compute (docs/perf.md: that prediction is less often right and
+ * reads more bytes). Many rows (a prompt) that pick at least twice as many
+ * experts as the layer has will ask for nearly all of them: all are read
+ * while the next attention runs, where they fit in half the cache (page
+ * cache: always). tmp: d + n_experts floats (the work area is free then). */
+static void prefetch_next(ms_decoder *dec, int l, const float *x, int64_t n, int early,
+                          float *tmp)
 {
     ms_model *b = dec->base;
     for (int nl = l + 1; nl < b->n_layers; nl++) {
         const ms_decoder_layer *N = &dec->layers[nl];
         if (!N->is_moe)
             continue;
-        ms_moe_prefetch_next(b->experts, nl, x, dec->d, N->ffn_norm, dec->eps, &N->router,
-                             early ? b->prefetch_early : N->router.top_k, early, tmp);
-        return;
-    }
-}
-
-/* Prefill prefetch: when n positions pick (with k each) at least twice as
- * many experts as the next MoE layer has, nearly all of them will be asked
- * for, so all of them are read while that layer's attention runs -- where
- * they fit in half the cache (page cache: always). */
-static void prefetch_all_next(ms_decoder *dec, int l, int64_t n)
-{
-    ms_model *b = dec->base;
-    for (int nl = l + 1; nl < b->n_layers; nl++) {
-        const ms_decoder_layer *N = &dec->layers[nl];
-        if (!N->is_moe)
-            continue;
-        int E = N->moe.n_experts, slots = ms_expert_store_slots(b->experts);
+        int E = N->moe.n_experts, k = N->router.top_k;
+        if (n * k < 2 * (int64_t)E) {
+            ms_moe_prefetch_next(b->experts, nl, x, n, dec->d, N->ffn_norm, dec->eps,
+                                 &N->router, early ? b->prefetch_early : k, early, tmp);
+            return;
+        }
+        int slots = ms_expert_store_slots(b->experts);
         int32_t ids[MS_ROUTER_MAX_EXPERTS];
-        if (n * N->router.top_k < 2 * (int64_t)E || (slots && 2 * E > slots))
+        if (early || (slots && 2 * E > slots))
             return;
         for (int e = 0; e < E; e++)
             ids[e] = e;
@@ -173,8 +167,8 @@ static int ffn(ms_decoder *dec, const ms_fwd *f, int l, const rows *r, ms_err *e
     int64_t n = f->n, d = dec->d, B = b->max_batch;
     if (L->is_moe) {
         int k = L->router.top_k;
-        if (b->prefetch && b->prefetch_early && n == 1)
-            prefetch_next(dec, l, r->x, 1, dec->work);
+        if (b->prefetch && b->prefetch_early)
+            prefetch_next(dec, l, r->x, n, 1, dec->work);
         ms_route(&L->router, r->xn, n, r->rlogits, r->topi, r->topw);
         ms_trace_f32(f->trace, r->rlogits, n, L->router.n_experts, "L%d.router_logits", l);
         ms_trace_i32(f->trace, r->topi, n, k, "L%d.topk_ids", l);
@@ -237,10 +231,8 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
             return -1;
         ms_add(r.x, r.out, n * d);
         ms_trace_f32(f->trace, r.x, n, d, "L%d.moe_out", l);
-        if (b->prefetch && n == 1)
-            prefetch_next(dec, l, r.x, 0, dec->work);
-        else if (b->prefetch && b->experts)
-            prefetch_all_next(dec, l, n);
+        if (b->prefetch && b->experts)
+            prefetch_next(dec, l, r.x, n, 0, dec->work);
         if (!ms_all_finite(r.x, n * d))
             return ms_err_set(err, MS_E_FORMAT, "layer %d produced non-finite values (NaN or "
                               "Inf) in the residual stream: the checkpoint's weights or "

@@ -121,22 +121,31 @@ void ms_route(const ms_router *r, const float *x, int64_t n, float *logits, int3
     }
 }
 
-void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
-                          const float *norm_w, float eps, const ms_router *r, int count,
-                          int deferred, float *tmp)
+void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t n,
+                          int64_t d, const float *norm_w, float eps, const ms_router *r,
+                          int count, int deferred, float *tmp)
 {
     float *xn = tmp, *logits = tmp + d;
-    int32_t ids[MS_ROUTER_MAX_EXPERTS];
-    ms_rmsnorm(x, norm_w, eps, 1, d, xn);
-    ms_matmul_ops(ms_kernels_exact(), &r->w, xn, 1, logits);
-    if (r->bias)
-        ms_add(logits, r->bias, r->n_experts);
-    choose(r, logits, ids); /* descending: the best first */
+    int32_t ids[MS_ROUTER_MAX_EXPERTS], uni[MS_ROUTER_MAX_EXPERTS];
+    uint8_t seen[MS_ROUTER_MAX_EXPERTS] = {0};
+    int nu = 0;
     count = count < r->top_k ? count : r->top_k;
+    for (int64_t t = 0; t < n; t++) { /* the union of the rows' predictions, in row order */
+        ms_rmsnorm(x + t * d, norm_w, eps, 1, d, xn);
+        ms_matmul_ops(ms_kernels_exact(), &r->w, xn, 1, logits);
+        if (r->bias)
+            ms_add(logits, r->bias, r->n_experts);
+        choose(r, logits, ids); /* descending: the best first */
+        for (int j = 0; j < count; j++)
+            if (!seen[ids[j]]) {
+                seen[ids[j]] = 1;
+                uni[nu++] = ids[j];
+            }
+    }
     if (deferred)
-        ms_expert_prefetch_deferred(st, next_layer, ids, count);
+        ms_expert_prefetch_deferred(st, next_layer, uni, nu);
     else
-        ms_expert_prefetch(st, next_layer, ids, count);
+        ms_expert_prefetch(st, next_layer, uni, nu);
 }
 
 void ms_moe_prefetch_ids(ms_expert_store *st, const ms_moe *m, const int32_t *ids, int64_t n,

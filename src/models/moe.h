@@ -87,15 +87,16 @@ typedef struct ms_moe {
 } ms_moe;
 
 /* Decode prefetch: predicts the experts the next MoE layer will ask for from
- * a residual x [d] (next layer's norm, then its router: Picchio's proxy B,
- * ~89% right on gpt-oss-20b from the residual after the current layer) and
- * asks the store to start loading the best `count` of them (at most top_k).
+ * the residuals x [n][d] of a step's rows (next layer's norm, then its
+ * router: Picchio's proxy B, ~89% right on gpt-oss-20b from the residual
+ * after the current layer) and asks the store to start loading the union of
+ * each row's best `count` (at most top_k).
  * When `deferred`, the reads start at the store's next batch, after that
  * batch's own (ms_expert_prefetch_deferred). tmp: d + n_experts floats.
  * Every candidate of r must be a stored expert (no identity ones). */
-void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t d,
-                          const float *norm_w, float eps, const ms_router *r, int count,
-                          int deferred, float *tmp);
+void ms_moe_prefetch_next(ms_expert_store *st, int next_layer, const float *x, int64_t n,
+                          int64_t d, const float *norm_w, float eps, const ms_router *r,
+                          int count, int deferred, float *tmp);
 
 /* Asks the store to start loading the stored experts among ids [n][top_k]
  * (advisory; identity experts skipped). tmp: n_experts int32. */
