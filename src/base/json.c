@@ -50,6 +50,40 @@ int ms_json_int(const json_t *obj, const char *file, const char *key, int64_t *o
     return 0;
 }
 
+int ms_json_int_in(const json_t *obj, const char *file, const char *key, int64_t lo,
+                   int64_t hi, int64_t *out, ms_err *err)
+{
+    if (ms_json_int(obj, file, key, out, err))
+        return -1;
+    return ms_json_check_int(file, key, *out, lo, hi, err);
+}
+
+int ms_json_check_int(const char *file, const char *key, int64_t v, int64_t lo, int64_t hi,
+                      ms_err *err)
+{
+    if (v >= lo && v <= hi)
+        return 0;
+    return ms_err_set(err, MS_E_FORMAT, "%s: \"%s\" is %lld, expected an integer in [%lld, "
+                      "%lld]", file, key, (long long)v, (long long)lo, (long long)hi);
+}
+
+int ms_json_check_multiple(const char *file, const char *key, int64_t v, int64_t m,
+                           const char *why, ms_err *err)
+{
+    if (m > 0 && v % m == 0)
+        return 0;
+    return ms_err_set(err, MS_E_FORMAT, "%s: \"%s\" is %lld, expected a multiple of %lld (%s)",
+                      file, key, (long long)v, (long long)m, why);
+}
+
+int ms_json_int_opt_in(const json_t *obj, const char *file, const char *key, int64_t lo,
+                       int64_t hi, int64_t def, int64_t *out, ms_err *err)
+{
+    if (ms_json_int_opt(obj, file, key, def, out, err))
+        return -1;
+    return ms_json_check_int(file, key, *out, lo, hi, err);
+}
+
 int ms_json_int_opt(const json_t *obj, const char *file, const char *key, int64_t def,
                     int64_t *out, ms_err *err)
 {

@@ -24,6 +24,26 @@ int ms_json_load_buf(const char *buf, size_t len, const char *what, json_t **out
 
 int ms_json_int(const json_t *obj, const char *file, const char *key, int64_t *out,
                 ms_err *err);
+/* Bounds of config.json values that no release comes near: dimensions,
+ * vocabulary, positions. */
+#define MS_CFG_MAX_DIM (INT64_C(1) << 24)
+#define MS_CFG_MAX_VOCAB (INT64_C(1) << 26)
+#define MS_CFG_MAX_POS (INT64_C(1) << 40)
+
+/* An integer key that must lie in [lo, hi]; the error names key, value and
+ * range. */
+int ms_json_int_in(const json_t *obj, const char *file, const char *key, int64_t lo,
+                   int64_t hi, int64_t *out, ms_err *err);
+/* The same for an optional key (def when absent; def is checked too). */
+int ms_json_int_opt_in(const json_t *obj, const char *file, const char *key, int64_t lo,
+                       int64_t hi, int64_t def, int64_t *out, ms_err *err);
+/* v (read from key) in [lo, hi], else the same error. */
+int ms_json_check_int(const char *file, const char *key, int64_t v, int64_t lo, int64_t hi,
+                      ms_err *err);
+/* v (read from key) a multiple of m, else an error naming key, value, m and
+ * why it must be. */
+int ms_json_check_multiple(const char *file, const char *key, int64_t v, int64_t m,
+                           const char *why, ms_err *err);
 int ms_json_int_opt(const json_t *obj, const char *file, const char *key, int64_t def,
                     int64_t *out, ms_err *err);
 /* An integer a config may give under either of two names (releases and

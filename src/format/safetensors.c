@@ -143,6 +143,24 @@ static int parse_entry(const char *path, const char *name, const json_t *v,
     return 0;
 }
 
+/* The reference writer pads the header to a multiple of 8 and keeps offsets
+ * aligned to the element size; elsewhere every load of an element would be
+ * a misaligned access (undefined behaviour in C), so such a file is refused. */
+static int check_aligned(const char *path, const ms_tensor_info *t, uint64_t data_start,
+                         ms_err *err)
+{
+    if (t->offset % (uint64_t)ms_dtype_size(t->dtype) == 0)
+        return 0;
+    return ms_err_set(err, MS_E_FORMAT,
+                      "%s: tensor \"%s\" starts at file offset %llu, not a multiple of its "
+                      "%d-byte %s elements (header of %llu bytes, data_offsets begin %llu): "
+                      "the file was not written by the safetensors library; rewrite it with "
+                      "safetensors.torch.save_file", path, t->name,
+                      (unsigned long long)t->offset, ms_dtype_size(t->dtype),
+                      ms_dtype_name(t->dtype), (unsigned long long)(data_start - 8),
+                      (unsigned long long)(t->offset - data_start));
+}
+
 static int cmp_offset(const void *a, const void *b)
 {
     const ms_tensor_info *x = *(ms_tensor_info *const *)a, *y = *(ms_tensor_info *const *)b;
@@ -241,6 +259,8 @@ int ms_st_parse_header(const char *path, const char *hdr, uint64_t len,
                             (unsigned long long)data_size, (unsigned long long)end,
                             (unsigned long long)len);
     }
+    for (int i = 0; i < f->n_tensors && rc == 0; i++)
+        rc = check_aligned(path, &f->tensors[i], data_start, err);
 out:
     json_decref(root);
     return rc;

@@ -62,7 +62,7 @@ static int check_fixed(const json_t *c, ms_err *err)
                               v ? "\"" : "", fixed[i].want);
     }
     int64_t freq;
-    if (ms_json_int_opt(c, "config.json", "moe_layer_freq", 1, &freq, err))
+    if (ms_json_int_opt_in(c, "config.json", "moe_layer_freq", 1, 4096, 1, &freq, err))
         return -1;
     if (freq != 1)
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: moe_layer_freq %lld (the "
@@ -75,25 +75,27 @@ static int read_config(deepseek_v3 *m, const json_t *c, int64_t *n_layers, ms_er
 {
     const char *f = "config.json";
     int64_t kv_heads, e, k, g, tg;
-    if (ms_json_int(c, f, "num_hidden_layers", n_layers, err) ||
-        ms_json_int(c, f, "hidden_size", &m->d, err) ||
-        ms_json_int(c, f, "num_attention_heads", &m->n_heads, err) ||
-        ms_json_int_opt(c, f, "num_key_value_heads", m->n_heads, &kv_heads, err) ||
-        ms_json_int_opt(c, f, "q_lora_rank", 0, &m->q_lora, err) || /* null: q_proj */
-        ms_json_int(c, f, "kv_lora_rank", &m->kv_lora, err) ||
-        ms_json_int(c, f, "qk_nope_head_dim", &m->nope, err) ||
-        ms_json_int(c, f, "qk_rope_head_dim", &m->rope_dim, err) ||
-        ms_json_int(c, f, "v_head_dim", &m->v, err) ||
-        ms_json_int(c, f, "vocab_size", &m->vocab, err) ||
-        ms_json_int(c, f, "intermediate_size", &m->d_ff, err) ||
-        ms_json_int(c, f, "moe_intermediate_size", &m->d_ff_expert, err) ||
-        ms_json_int(c, f, "n_routed_experts", &e, err) ||
-        ms_json_int_opt(c, f, "n_shared_experts", 0, &m->n_shared, err) ||
-        ms_json_int(c, f, "num_experts_per_tok", &k, err) ||
-        ms_json_int_opt(c, f, "n_group", 1, &g, err) ||
-        ms_json_int_opt(c, f, "topk_group", 1, &tg, err) ||
-        ms_json_int_opt(c, f, "first_k_dense_replace", 0, &m->first_dense, err) ||
-        ms_json_int_opt(c, f, "num_nextn_predict_layers", 0, &m->n_mtp, err) ||
+    if (ms_json_int_in(c, f, "num_hidden_layers", 1, 4096, n_layers, err) ||
+        ms_json_int_in(c, f, "hidden_size", 1, MS_CFG_MAX_DIM, &m->d, err) ||
+        ms_json_int_in(c, f, "num_attention_heads", 1, 65536, &m->n_heads, err) ||
+        ms_json_int_opt_in(c, f, "num_key_value_heads", 1, 65536, m->n_heads, &kv_heads, err) ||
+        ms_json_int_opt_in(c, f, "q_lora_rank",
+                           0, MS_CFG_MAX_DIM, 0, &m->q_lora, err) || /* null: q_proj */
+        ms_json_int_in(c, f, "kv_lora_rank", 1, MS_CFG_MAX_DIM, &m->kv_lora, err) ||
+        ms_json_int_in(c, f, "qk_nope_head_dim", 1, 65536, &m->nope, err) ||
+        ms_json_int_in(c, f, "qk_rope_head_dim", 2, 65536, &m->rope_dim, err) ||
+        ms_json_int_in(c, f, "v_head_dim", 1, 65536, &m->v, err) ||
+        ms_json_int_in(c, f, "vocab_size", 1, MS_CFG_MAX_VOCAB, &m->vocab, err) ||
+        ms_json_int_in(c, f, "intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff, err) ||
+        ms_json_int_in(c, f, "moe_intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff_expert, err) ||
+        ms_json_int_in(c, f, "n_routed_experts", 1, MS_ROUTER_MAX_EXPERTS, &e, err) ||
+        ms_json_int_opt_in(c, f, "n_shared_experts",
+                           0, MS_ROUTER_MAX_EXPERTS, 0, &m->n_shared, err) ||
+        ms_json_int_in(c, f, "num_experts_per_tok", 1, MS_ROUTER_MAX_EXPERTS, &k, err) ||
+        ms_json_int_opt_in(c, f, "n_group", 1, MS_ROUTER_MAX_GROUPS, 1, &g, err) ||
+        ms_json_int_opt_in(c, f, "topk_group", 1, MS_ROUTER_MAX_GROUPS, 1, &tg, err) ||
+        ms_json_int_opt_in(c, f, "first_k_dense_replace", 0, 4096, 0, &m->first_dense, err) ||
+        ms_json_int_opt_in(c, f, "num_nextn_predict_layers", 0, 4096, 0, &m->n_mtp, err) ||
         ms_json_bool_opt(c, f, "norm_topk_prob", 1, &m->norm_topk, err) ||
         ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
         ms_json_range(f, "routed_scaling_factor", m->rsf, 0, 1e4, 1, err) ||
@@ -102,7 +104,7 @@ static int read_config(deepseek_v3 *m, const json_t *c, int64_t *n_layers, ms_er
         ms_json_bool_opt(c, f, "rope_interleave", 1, &m->interleave, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
         ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
-        ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err) ||
+        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err) ||
         check_fixed(c, err))
         return -1;
     m->n_experts = (int)e;
@@ -113,18 +115,14 @@ static int read_config(deepseek_v3 *m, const json_t *c, int64_t *n_layers, ms_er
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: num_key_value_heads %lld != "
                           "num_attention_heads %lld (MLA has one latent for all heads)",
                           (long long)kv_heads, (long long)m->n_heads);
-    if (m->d <= 0 || m->n_heads <= 0 || m->q_lora < 0 || m->kv_lora <= 0 || m->nope <= 0 ||
-        m->rope_dim <= 0 || m->rope_dim % 2 || m->v <= 0 || m->vocab <= 0 || m->d_ff <= 0 ||
-        m->d_ff_expert <= 0 || m->n_shared < 0 || e <= 0 || e > MS_ROUTER_MAX_EXPERTS ||
-        g <= 0 || g > MS_ROUTER_MAX_GROUPS || e % g || tg <= 0 || tg > g || k <= 0 ||
-        k > tg * (e / g) || m->first_dense < 0 || m->n_mtp < 0)
-        return ms_err_set(err, MS_E_FORMAT,
-                          "config.json: inconsistent dimensions (hidden %lld, heads %lld, "
-                          "q_lora %lld, kv_lora %lld, nope %lld + rope %lld, v %lld, experts "
-                          "%lld in %lld groups, top-%lld of %lld groups)", (long long)m->d,
-                          (long long)m->n_heads, (long long)m->q_lora, (long long)m->kv_lora,
-                          (long long)m->nope, (long long)m->rope_dim, (long long)m->v,
-                          (long long)e, (long long)g, (long long)k, (long long)tg);
+    /* every dimension has its range above; these are the relations */
+    if (ms_json_check_multiple(f, "qk_rope_head_dim", m->rope_dim, 2, "RoPE turns pairs", err) ||
+        ms_json_check_multiple(f, "n_routed_experts", e, g, "n_group: groups of equal size",
+                               err) ||
+        ms_json_check_int(f, "topk_group", tg, 1, g, err) ||
+        ms_json_check_int(f, "num_experts_per_tok", k, 1, tg * (e / g), err) ||
+        ms_json_check_int(f, "first_k_dense_replace", m->first_dense, 0, *n_layers, err))
+        return -1;
     return 0;
 }
 

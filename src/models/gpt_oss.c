@@ -43,21 +43,22 @@ static int read_config(gpt_oss *m, const json_t *c, int64_t *n_layers, ms_err *e
 {
     const char *f = "config.json";
     int64_t e, k, tie;
-    if (ms_json_int(c, f, "num_hidden_layers", n_layers, err) ||
-        ms_json_int(c, f, "hidden_size", &m->d, err) ||
-        ms_json_int(c, f, "num_attention_heads", &m->n_heads, err) ||
-        ms_json_int(c, f, "num_key_value_heads", &m->n_kv_heads, err) ||
-        ms_json_int(c, f, "head_dim", &m->head_dim, err) ||
-        ms_json_int(c, f, "intermediate_size", &m->d_ff, err) ||
-        ms_json_int(c, f, "vocab_size", &m->vocab, err) ||
-        ms_json_int(c, f, "num_local_experts", &e, err) ||
-        ms_json_int(c, f, "sliding_window", &m->window, err) ||
+    if (ms_json_int_in(c, f, "num_hidden_layers", 1, 4096, n_layers, err) ||
+        ms_json_int_in(c, f, "hidden_size", 1, MS_CFG_MAX_DIM, &m->d, err) ||
+        ms_json_int_in(c, f, "num_attention_heads", 1, 65536, &m->n_heads, err) ||
+        ms_json_int_in(c, f, "num_key_value_heads", 1, 65536, &m->n_kv_heads, err) ||
+        ms_json_int_in(c, f, "head_dim", 1, 65536, &m->head_dim, err) ||
+        ms_json_int_in(c, f, "intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff, err) ||
+        ms_json_int_in(c, f, "vocab_size", 1, MS_CFG_MAX_VOCAB, &m->vocab, err) ||
+        ms_json_int_in(c, f, "num_local_experts", 1, MS_ROUTER_MAX_EXPERTS, &e, err) ||
+        ms_json_int_in(c, f, "sliding_window", 0, MS_CFG_MAX_POS, &m->window, err) ||
         ms_json_num(c, f, "rope_theta", &m->rope_theta, err) ||
         ms_json_range(f, "rope_theta", m->rope_theta, 0, 1e12, 1, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
         ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
         ms_json_num_opt(c, f, "swiglu_limit", 7.0, &m->swiglu_limit, err) ||
-        ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err))
+        ms_json_range(f, "swiglu_limit", m->swiglu_limit, 0, 1e6, 1, err) ||
+        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err))
         return -1;
     /* HF names it num_experts_per_tok; the original config experts_per_token */
     if (ms_json_int_either(c, f, "num_experts_per_tok", "experts_per_token", &k, err))
@@ -72,14 +73,12 @@ static int read_config(gpt_oss *m, const json_t *c, int64_t *n_layers, ms_err *e
                           "a separate lm_head");
     m->n_experts = (int)e;
     m->top_k = (int)k;
-    if (m->d <= 0 || m->n_heads <= 0 || m->n_kv_heads <= 0 || m->head_dim <= 0 ||
-        m->n_heads % m->n_kv_heads || m->d_ff <= 0 || m->vocab <= 0 || e <= 0 || k <= 0 ||
-        k > e || m->window < 0)
-        return ms_err_set(err, MS_E_FORMAT,
-                          "config.json: inconsistent dimensions (hidden %lld, heads %lld/%lld, "
-                          "head_dim %lld, experts %lld top-%lld)", (long long)m->d,
-                          (long long)m->n_heads, (long long)m->n_kv_heads,
-                          (long long)m->head_dim, (long long)e, (long long)k);
+    /* every dimension has its range above; these are the relations */
+    if (ms_json_check_int(f, "num_experts_per_tok", k, 1, e, err) ||
+        ms_json_check_multiple(f, "num_attention_heads", m->n_heads, m->n_kv_heads,
+                               "num_key_value_heads: heads share KV heads in equal groups",
+                               err))
+        return -1;
     return 0;
 }
 
@@ -100,7 +99,8 @@ static int read_rope(gpt_oss *m, const json_t *c, ms_err *err)
         ms_json_num_opt(rs, f, "beta_fast", 32.0, &y->beta_fast, err) ||
         ms_json_num_opt(rs, f, "beta_slow", 1.0, &y->beta_slow, err) ||
         ms_json_num(rs, f, "original_max_position_embeddings", &y->original_max_pos, err) ||
-        ms_json_bool_opt(rs, f, "truncate", 1, &y->truncate, err))
+        ms_json_bool_opt(rs, f, "truncate", 1, &y->truncate, err) ||
+        ms_yarn_check(y, f, err))
         return -1;
     y->attn_factor = ms_yarn_mscale(y->factor, 1.0);
     m->use_yarn = 1;

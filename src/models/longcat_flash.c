@@ -82,22 +82,23 @@ static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *e
     int64_t kv_heads, qk, rot, e, z, k;
     const char *ffkey = json_object_get(c, "ffn_hidden_size") ? "ffn_hidden_size"
                                                                : "intermediate_size";
-    if (ms_json_int(c, f, "num_layers", n_layers, err) ||
-        ms_json_int(c, f, "hidden_size", &m->d, err) ||
-        ms_json_int(c, f, "num_attention_heads", &m->n_heads, err) ||
-        ms_json_int_opt(c, f, "num_key_value_heads", m->n_heads, &kv_heads, err) ||
-        ms_json_int(c, f, "q_lora_rank", &m->q_lora, err) ||
-        ms_json_int(c, f, "kv_lora_rank", &m->kv_lora, err) ||
-        ms_json_int(c, f, "qk_nope_head_dim", &m->nope, err) ||
-        ms_json_int(c, f, "qk_rope_head_dim", &m->rope_dim, err) ||
-        ms_json_int(c, f, "v_head_dim", &m->v, err) ||
-        ms_json_int_opt(c, f, "qk_head_dim", m->nope + m->rope_dim, &qk, err) ||
-        ms_json_int_opt(c, f, "head_dim", 64, &rot, err) || /* transformers' rotary dim */
-        ms_json_int(c, f, "vocab_size", &m->vocab, err) ||
-        ms_json_int(c, f, ffkey, &m->d_ff, err) ||
-        ms_json_int(c, f, "expert_ffn_hidden_size", &m->d_ff_expert, err) ||
-        ms_json_int(c, f, "n_routed_experts", &e, err) ||
-        ms_json_int_opt(c, f, "zero_expert_num", 0, &z, err) ||
+    if (ms_json_int_in(c, f, "num_layers", 1, 4096, n_layers, err) ||
+        ms_json_int_in(c, f, "hidden_size", 1, MS_CFG_MAX_DIM, &m->d, err) ||
+        ms_json_int_in(c, f, "num_attention_heads", 1, 65536, &m->n_heads, err) ||
+        ms_json_int_opt_in(c, f, "num_key_value_heads", 1, 65536, m->n_heads, &kv_heads, err) ||
+        ms_json_int_in(c, f, "q_lora_rank", 0, MS_CFG_MAX_DIM, &m->q_lora, err) ||
+        ms_json_int_in(c, f, "kv_lora_rank", 1, MS_CFG_MAX_DIM, &m->kv_lora, err) ||
+        ms_json_int_in(c, f, "qk_nope_head_dim", 1, 65536, &m->nope, err) ||
+        ms_json_int_in(c, f, "qk_rope_head_dim", 2, 65536, &m->rope_dim, err) ||
+        ms_json_int_in(c, f, "v_head_dim", 1, 65536, &m->v, err) ||
+        ms_json_int_opt_in(c, f, "qk_head_dim", 1, 65536, m->nope + m->rope_dim, &qk, err) ||
+        ms_json_int_opt_in(c, f, "head_dim",
+                           1, 65536, 64, &rot, err) || /* transformers' rotary dim */
+        ms_json_int_in(c, f, "vocab_size", 1, MS_CFG_MAX_VOCAB, &m->vocab, err) ||
+        ms_json_int_in(c, f, ffkey, 1, MS_CFG_MAX_DIM, &m->d_ff, err) ||
+        ms_json_int_in(c, f, "expert_ffn_hidden_size", 1, MS_CFG_MAX_DIM, &m->d_ff_expert, err) ||
+        ms_json_int_in(c, f, "n_routed_experts", 1, MS_ROUTER_MAX_EXPERTS, &e, err) ||
+        ms_json_int_opt_in(c, f, "zero_expert_num", 0, MS_ROUTER_MAX_EXPERTS, 0, &z, err) ||
         ms_json_int_either(c, f, "moe_topk", "num_experts_per_tok", &k, err) ||
         ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
         ms_json_range(f, "routed_scaling_factor", m->rsf, 0, 1e4, 1, err) ||
@@ -108,7 +109,7 @@ static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *e
         ms_json_bool_opt(c, f, "mla_scale_kv_lora", 1, &m->scale_kv, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
         ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
-        ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err) ||
+        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err) ||
         check_fixed(c, err))
         return -1;
     m->n_experts = (int)e;
@@ -121,17 +122,12 @@ static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *e
                           (long long)kv_heads, (long long)qk, (long long)rot,
                           (long long)m->n_heads, (long long)(m->nope + m->rope_dim),
                           (long long)m->rope_dim);
-    if (m->d <= 0 || m->n_heads <= 0 || m->q_lora <= 0 || m->kv_lora <= 0 || m->nope <= 0 ||
-        m->rope_dim <= 0 || m->rope_dim % 2 || m->v <= 0 || m->vocab <= 0 || m->d_ff <= 0 ||
-        m->d_ff_expert <= 0 || e <= 0 || z < 0 || e + z > MS_ROUTER_MAX_EXPERTS || k <= 0 ||
-        k > e + z)
-        return ms_err_set(err, MS_E_FORMAT,
-                          "config.json: inconsistent dimensions (hidden %lld, heads %lld, "
-                          "q_lora %lld, kv_lora %lld, nope %lld + rope %lld, v %lld, experts "
-                          "%lld + %lld zero, top-%lld)", (long long)m->d, (long long)m->n_heads,
-                          (long long)m->q_lora, (long long)m->kv_lora, (long long)m->nope,
-                          (long long)m->rope_dim, (long long)m->v, (long long)e, (long long)z,
-                          (long long)k);
+    /* every dimension has its range above; these are the relations */
+    if (ms_json_check_int(f, "q_lora_rank", m->q_lora, 1, MS_CFG_MAX_DIM, err) ||
+        ms_json_check_multiple(f, "qk_rope_head_dim", m->rope_dim, 2, "RoPE turns pairs", err) ||
+        ms_json_check_int(f, "zero_expert_num", z, 0, MS_ROUTER_MAX_EXPERTS - e, err) ||
+        ms_json_check_int(f, "moe_topk", k, 1, e + z, err))
+        return -1;
     return 0;
 }
 

@@ -257,7 +257,7 @@ int ms_mla_read_rope(const json_t *c, int dim, int interleaved, ms_rope *rope,
     rc->scale_mult = 1.0;
     if (ms_json_num(c, f, "rope_theta", &rc->theta, err) ||
         ms_json_range(f, "rope_theta", rc->theta, 0, 1e12, 1, err) ||
-        ms_json_int(c, f, "max_position_embeddings", &max_pos, err))
+        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &max_pos, err))
         return -1;
     const json_t *rs = json_object_get(c, "rope_scaling");
     if (rs && !json_is_null(rs) &&
@@ -281,7 +281,10 @@ int ms_mla_read_rope(const json_t *c, int dim, int interleaved, ms_rope *rope,
         ms_json_bool_opt(rs, fs, "truncate", 1, &y->truncate, err) ||
         ms_json_num_opt(rs, fs, "mscale", 0.0, &mscale, err) ||
         ms_json_num_opt(rs, fs, "mscale_all_dim", 0.0, &mscale_all, err) ||
-        ms_json_num_opt(rs, fs, "attention_factor", 0.0, &attn, err))
+        ms_json_num_opt(rs, fs, "attention_factor", 0.0, &attn, err) ||
+        ms_yarn_check(y, fs, err) || ms_json_range(fs, "mscale", mscale, 0, 1e3, 0, err) ||
+        ms_json_range(fs, "mscale_all_dim", mscale_all, 0, 1e3, 0, err) ||
+        ms_json_range(fs, "attention_factor", attn, 0, 1e3, 0, err))
         return -1;
     if (attn == 0.0)
         attn = mscale != 0.0 && mscale_all != 0.0

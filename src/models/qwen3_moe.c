@@ -37,17 +37,19 @@ static int read_config(qwen3 *m, const json_t *c, int64_t *n_layers, ms_err *err
     const char *f = "config.json";
     int64_t e, k, step, hd;
     int sw;
-    if (ms_json_int(c, f, "num_hidden_layers", n_layers, err) ||
-        ms_json_int(c, f, "hidden_size", &m->d, err) ||
-        ms_json_int(c, f, "num_attention_heads", &m->n_heads, err) ||
-        ms_json_int_opt(c, f, "num_key_value_heads", m->n_heads, &m->n_kv_heads, err) ||
-        ms_json_int_opt(c, f, "head_dim", m->n_heads ? m->d / m->n_heads : 0, &hd, err) ||
-        ms_json_int(c, f, "moe_intermediate_size", &m->d_ff, err) ||
-        ms_json_int(c, f, "intermediate_size", &m->d_ff_dense, err) ||
-        ms_json_int(c, f, "vocab_size", &m->vocab, err) ||
-        ms_json_int(c, f, "num_experts", &e, err) ||
-        ms_json_int(c, f, "num_experts_per_tok", &k, err) ||
-        ms_json_int_opt(c, f, "decoder_sparse_step", 1, &step, err) ||
+    if (ms_json_int_in(c, f, "num_hidden_layers", 1, 4096, n_layers, err) ||
+        ms_json_int_in(c, f, "hidden_size", 1, MS_CFG_MAX_DIM, &m->d, err) ||
+        ms_json_int_in(c, f, "num_attention_heads", 1, 65536, &m->n_heads, err) ||
+        ms_json_int_opt_in(c, f, "num_key_value_heads",
+                           1, 65536, m->n_heads, &m->n_kv_heads, err) ||
+        ms_json_int_opt_in(c, f, "head_dim",
+                           1, 65536, m->n_heads ? m->d / m->n_heads : 0, &hd, err) ||
+        ms_json_int_in(c, f, "moe_intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff, err) ||
+        ms_json_int_in(c, f, "intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff_dense, err) ||
+        ms_json_int_in(c, f, "vocab_size", 1, MS_CFG_MAX_VOCAB, &m->vocab, err) ||
+        ms_json_int_in(c, f, "num_experts", 1, MS_ROUTER_MAX_EXPERTS, &e, err) ||
+        ms_json_int_in(c, f, "num_experts_per_tok", 1, MS_ROUTER_MAX_EXPERTS, &k, err) ||
+        ms_json_int_opt_in(c, f, "decoder_sparse_step", 1, 4096, 1, &step, err) ||
         ms_json_bool_opt(c, f, "norm_topk_prob", 0, &m->norm_topk, err) ||
         ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &m->tie, err) ||
         ms_json_bool_opt(c, f, "attention_bias", 0, &m->attn_bias, err) ||
@@ -56,7 +58,7 @@ static int read_config(qwen3 *m, const json_t *c, int64_t *n_layers, ms_err *err
         ms_json_range(f, "rope_theta", m->rope_theta, 0, 1e12, 1, err) ||
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
         ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
-        ms_json_int(c, f, "max_position_embeddings", &m->base.max_ctx, err))
+        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err))
         return -1;
     m->head_dim = hd;
     m->n_experts = (int)e;
@@ -72,14 +74,12 @@ static int read_config(qwen3 *m, const json_t *c, int64_t *n_layers, ms_err *err
                           "runs Qwen3-MoE with plain RoPE as released (rope_scaling null)");
     if (m->mlp_only && !json_is_null(m->mlp_only) && !json_is_array(m->mlp_only))
         return ms_err_set(err, MS_E_FORMAT, "config.json: mlp_only_layers must be a list");
-    if (m->d <= 0 || m->n_heads <= 0 || m->n_kv_heads <= 0 || m->n_heads % m->n_kv_heads ||
-        m->head_dim <= 0 || m->d_ff <= 0 || e <= 0 || k <= 0 || k > e || step <= 0 ||
-        m->vocab <= 0)
-        return ms_err_set(err, MS_E_FORMAT,
-                          "config.json: inconsistent dimensions (hidden %lld, heads %lld/%lld, "
-                          "head_dim %lld, experts %lld top-%lld, decoder_sparse_step %lld)",
-                          (long long)m->d, (long long)m->n_heads, (long long)m->n_kv_heads,
-                          (long long)m->head_dim, (long long)e, (long long)k, (long long)step);
+    /* every dimension has its range above; these are the relations */
+    if (ms_json_check_int(f, "num_experts_per_tok", k, 1, e, err) ||
+        ms_json_check_multiple(f, "num_attention_heads", m->n_heads, m->n_kv_heads,
+                               "num_key_value_heads: heads share KV heads in equal groups",
+                               err))
+        return -1;
     return 0;
 }
 

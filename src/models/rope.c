@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "base/json.h"
+
 static int check_dim(int dim, ms_err *err)
 {
     if (dim <= 0 || dim % 2 || dim / 2 > 512)
@@ -102,4 +104,15 @@ void ms_rope_apply(const ms_rope *r, const float *cs, float *x, int n_heads, int
             v[b] = x2 * c[i] + x1 * s[i];
         }
     }
+}
+
+int ms_yarn_check(const ms_yarn *y, const char *file, ms_err *err)
+{
+    return ms_json_range(file, "factor", y->factor, 0, 1e4, 1, err) ||
+                   ms_json_range(file, "beta_fast", y->beta_fast, 0, 1e4, 1, err) ||
+                   ms_json_range(file, "beta_slow", y->beta_slow, 0, 1e4, 1, err) ||
+                   ms_json_range(file, "original_max_position_embeddings", y->original_max_pos,
+                                 1, (double)MS_CFG_MAX_POS, 0, err)
+               ? -1
+               : 0;
 }

@@ -35,6 +35,11 @@ typedef struct ms_yarn {
     double attn_factor;      /* already resolved by the family */
 } ms_yarn;
 
+/* The ranges of the rope_scaling keys of y as read from `file`: factor and
+ * the betas finite in (0, 1e4], original_max_position_embeddings in [1,
+ * 2^40]; the error names the key, the value and the range. */
+int ms_yarn_check(const ms_yarn *y, const char *file, ms_err *err);
+
 /* Plain RoPE: inv_freq[i] = base^(-2i/dim). */
 int ms_rope_init(ms_rope *r, int dim, double base, ms_rope_layout layout, ms_err *err);
 /* YaRN ("NTK by parts") as transformers' _compute_yarn_parameters. */

@@ -153,6 +153,24 @@ static int check_ids(const ms_session *s, const int32_t *ids, int64_t n, ms_err 
     return 0;
 }
 
+/* The residual stream is checked at every layer; the last norm and the
+ * lm_head can still make a logit NaN or Inf (a damaged weight), which must
+ * stop the call rather than reach a sampler or a caller. */
+static int check_logits(const float *logits, int64_t rows, int64_t vocab, int64_t pos0,
+                        ms_err *err)
+{
+    for (int64_t r = 0; r < rows; r++)
+        if (!ms_all_finite(logits + r * vocab, vocab)) {
+            if (pos0 < 0)
+                return ms_err_set(err, MS_E_FORMAT, "the logits of row %lld of the batched "
+                                  "step are not finite (NaN or Inf): the checkpoint's final "
+                                  "norm or lm_head weights give them", (long long)r);
+            return ms_err_set(err, MS_E_FORMAT, "the logits are not finite (NaN or Inf): "
+                              "the checkpoint's final norm or lm_head weights give them");
+        }
+    return 0;
+}
+
 int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
                     ms_error *err)
 {
@@ -171,7 +189,8 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
             .logits = logits ? logits + off * m->vocab : last ? s->logits : NULL,
             .logits_all = logits != NULL,
         };
-        if (s->eng->family->forward(m, &f, err))
+        if (s->eng->family->forward(m, &f, err) ||
+            check_logits(f.logits, f.logits_all ? nb : f.logits ? 1 : 0, m->vocab, s->pos, err))
             return -1;
         memcpy(s->hist + s->pos, ids + off, sizeof *ids * (size_t)nb);
         s->pos += nb;
@@ -224,7 +243,8 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
                     .kvs = kvs, .pos0 = ss[0]->pos, .kv = ss[0]->kv, .scratch = &ss[0]->scratch,
                     .trace = ss[0]->trace, .timers = &ss[0]->timers,
                     .logits = logits, .logits_all = 1};
-        rc = eng->family->forward(m, &f, err);
+        rc = eng->family->forward(m, &f, err) || check_logits(logits, n, m->vocab, -1, err)
+                 ? -1 : 0;
         double dt = ms_now() - t0;
         for (int i = 0; rc == 0 && i < n; i++) {
             ms_session *s = ss[i];

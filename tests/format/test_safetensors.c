@@ -20,20 +20,28 @@ static void write_file(const char *path, const void *data, size_t n)
     fclose(f);
 }
 
-/* Writes a safetensors file with the given header JSON (length prefix added)
- * followed by `data_len` bytes of 0..255 pattern. */
-static void write_st(const char *path, const char *header, size_t data_len)
+/* Writes a safetensors file with the given header JSON (length prefix added,
+ * padded with spaces to a multiple of 8 as the safetensors library does
+ * unless `unpadded`) followed by `data_len` bytes of 0..255 pattern. */
+static void write_st_pad(const char *path, const char *header, size_t data_len, int unpadded)
 {
-    size_t hl = strlen(header);
-    size_t total = 8 + hl + data_len;
+    size_t hl = strlen(header), pad = unpadded ? 0 : (8 - hl % 8) % 8;
+    size_t total = 8 + hl + pad + data_len;
     unsigned char *buf = malloc(total);
+    memcpy(buf + 8, header, hl);
+    memset(buf + 8 + hl, ' ', pad);
+    hl += pad;
     for (int i = 0; i < 8; i++)
         buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-    memcpy(buf + 8, header, hl);
     for (size_t i = 0; i < data_len; i++)
         buf[8 + hl + i] = (unsigned char)i;
     write_file(path, buf, total);
     free(buf);
+}
+
+static void write_st(const char *path, const char *header, size_t data_len)
+{
+    write_st_pad(path, header, data_len, 0);
 }
 
 static char *path_in(const char *name)
@@ -143,6 +151,31 @@ static void test_header_length(void)
         CHECK_STR_CONTAINS(msg, "too short for the 8-byte header length");
     msg = open_fails(path_in("does-not-exist.safetensors"));
     CHECK(msg && strstr(msg, "cannot open"), "missing file: %s", msg ? msg : "(accepted)");
+}
+
+/* A tensor whose first element is not aligned to its size (a header length
+ * that is not a multiple of 8, or an odd data offset) is refused, naming the
+ * tensor and its file offset; byte tensors may start anywhere. */
+static void test_misaligned_refused(void)
+{
+    const char *h1 = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    char *p = path_in("misaligned.safetensors");
+    CHECK(strlen(h1) % 4 != 0, "the case needs a header whose length is not a multiple of 4");
+    write_st_pad(p, h1, 8, 1);
+    const char *msg = open_fails(p);
+    CHECK(msg != NULL, "unpadded header with an F32 tensor accepted");
+    if (msg) {
+        CHECK_STR_CONTAINS(msg, "tensor \"a\" starts at file offset");
+        CHECK_STR_CONTAINS(msg, "not a multiple of its 4-byte F32 elements");
+    }
+    write_st(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[1,5]}}", 5);
+    msg = open_fails(p);
+    CHECK(msg && strstr(msg, "tensor \"b\" starts at file offset"), "odd BF16 offset: %s",
+          msg ? msg : "(accepted)");
+    write_st_pad(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}", 3, 1);
+    msg = open_fails(p);
+    CHECK(msg == NULL, "a byte tensor after an unpadded header refused: %s", msg);
 }
 
 /* A folder with config.json, two shards and an index. */
@@ -294,5 +327,6 @@ int main(void)
     TEST_CASE(test_folder_refusals);
     TEST_CASE(test_duplicate_across_shards);
     TEST_CASE(test_many_tensors);
+    TEST_CASE(test_misaligned_refused);
     return t_finish();
 }

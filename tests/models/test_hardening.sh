@@ -18,6 +18,7 @@ echo "1 2 3" >"$W/p.ids"
 $PY tools/tinyckpt/qwen3_moe.py --out "$W/q" >/dev/null 2>&1
 $PY tools/tinyckpt/deepseek_v3.py --out "$W/d" >/dev/null 2>&1
 $PY tools/tinyckpt/longcat_flash.py --out "$W/l" >/dev/null 2>&1
+$PY tools/tinyckpt/gpt_oss.py --out "$W/g" --preset tiny >/dev/null 2>&1
 edit() { # SRC DST KEY VALUE(JSON)
   rm -rf "$2"; cp -r "$1" "$2"
   $PY - "$2/config.json" "$3" "$4" <<'P'
@@ -41,6 +42,49 @@ refused refuses_huge_routed_scaling_factor "$W/d1" '"routed_scaling_factor" is 1
 edit "$W/l" "$W/l1" rope_theta -5
 refused refuses_negative_rope_theta_mla "$W/l1" '"rope_theta" is -5'
 
+# every integer a family reads has a range: -1 is refused naming the key
+# (the tiny checkpoints carry each key as the releases do)
+edit_in() { # SRC DST KEY VALUE: like edit, in a copy that shares the weights
+  rm -rf "$2"; mkdir -p "$2"; for f in "$1"/*; do ln -s "$f" "$2/"; done
+  rm "$2/config.json"; cp "$1/config.json" "$2/"
+  $PY - "$2/config.json" "$3" "$4" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(sys.argv[1], "w"))
+P
+}
+for cfg in "g num_hidden_layers hidden_size num_attention_heads num_key_value_heads head_dim intermediate_size vocab_size num_local_experts sliding_window max_position_embeddings" \
+           "q num_hidden_layers hidden_size num_attention_heads num_key_value_heads head_dim moe_intermediate_size intermediate_size vocab_size num_experts num_experts_per_tok decoder_sparse_step max_position_embeddings" \
+           "d num_hidden_layers hidden_size num_attention_heads q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim v_head_dim vocab_size intermediate_size moe_intermediate_size n_routed_experts n_shared_experts num_experts_per_tok n_group topk_group first_k_dense_replace num_nextn_predict_layers moe_layer_freq max_position_embeddings" \
+           "l num_layers hidden_size num_attention_heads q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim v_head_dim vocab_size ffn_hidden_size expert_ffn_hidden_size n_routed_experts zero_expert_num moe_topk max_position_embeddings"; do
+  set -- $cfg; d=$1; shift
+  bad=""
+  for key in "$@"; do
+    edit_in "$W/$d" "$W/${d}r" "$key" -1
+    out=$("$BIN" inspect "$W/${d}r" 2>&1) && bad="$bad $key(accepted)" && continue
+    printf '%s' "$out" | grep -q "\"$key\" is -1" || bad="$bad $key($out)"
+  done
+  [ -z "$bad" ] && pass "${d}_every_integer_key_has_a_range ($# keys)" ||
+    fail "${d}_every_integer_key_has_a_range" "$bad"
+done
+# relations between keys, named
+rel() { # NAME DIR KEY VALUE WANT
+  edit_in "$2" "$W/rel" "$3" "$4"
+  out=$("$BIN" inspect "$W/rel" 2>&1)
+  [ $? -ne 0 ] && printf '%s' "$out" | grep -q -- "$5" && pass "$1" || fail "$1" "$out"
+}
+rel heads_not_a_multiple_of_kv_heads "$W/q" num_key_value_heads 3 '"num_attention_heads" is 4, expected a multiple of 3 (num_key_value_heads'
+rel topk_above_experts "$W/q" num_experts_per_tok 99 '"num_experts_per_tok" is 99, expected an integer in \[1, 8\]'
+rel odd_rope_dim "$W/d" qk_rope_head_dim 15 '"qk_rope_head_dim" is 15, expected a multiple of 2'
+rel topk_group_above_groups "$W/d" topk_group 99 '"topk_group" is 99, expected an integer in \[1,'
+rel dense_layers_above_layers "$W/d" first_k_dense_replace 99 '"first_k_dense_replace" is 99, expected an integer in \[0, 3\]'
+rel huge_hidden_size "$W/l" hidden_size 1099511627776 '"hidden_size" is 1099511627776, expected an integer in \[1, 16777216\]'
+edit_in "$W/g" "$W/rel" rope_scaling '{"rope_type": "yarn", "factor": -32, "original_max_position_embeddings": 256}'
+out=$("$BIN" inspect "$W/rel" 2>&1)
+printf '%s' "$out" | grep -q '"factor" is -32, expected a finite number in (0, 10000\]' &&
+  pass yarn_factor_has_a_range || fail yarn_factor_has_a_range "$out"
+
 # what cannot fit in memory is refused with the numbers, before allocating
 refused_args() { # NAME WANT ARGS...
   local name=$1 want=$2 out rc; shift 2
@@ -51,7 +95,6 @@ refused_args impossible_ctx_refused "a context of 1099511627776 tokens needs .* 
 refused_args impossible_ram_refused "--ram 2147.48 GB for the expert cache.*lower --ram" --ram 2000G --experts cache
 
 # two names of one setting that disagree
-$PY tools/tinyckpt/gpt_oss.py --out "$W/g" --preset tiny >/dev/null 2>&1
 edit "$W/g" "$W/g1" experts_per_token 1
 $PY - "$W/g1/config.json" <<'P'
 import json, sys
@@ -83,6 +126,13 @@ P
 rm -rf "$W/q3"; cp -r "$W/q" "$W/q3"
 nan_in "$W/q3" model.layers.1.post_attention_layernorm.weight
 refused nan_weight_names_the_layer "$W/q3" "layer 1 produced non-finite values"
+# past the last layer: a NaN in the final norm reaches only the logits
+rm -rf "$W/q4"; cp -r "$W/q" "$W/q4"
+nan_in "$W/q4" model.norm.weight
+refused nan_in_final_norm_stops_the_run "$W/q4" "the logits are not finite (NaN or Inf)"
+out=$("$BIN" logits "$W/q4" --prompt-ids "$W/p.ids" --out "$W/q4.f32" 2>&1); rc=$?
+[ $rc -ne 0 ] && printf '%s' "$out" | grep -q "the logits are not finite" &&
+  pass nan_logits_never_written || fail nan_logits_never_written "rc $rc: $out"
 out=$("$BIN" run "$W/q" --prompt-ids "$W/p.ids" -n 2 --ids 2>&1); rc=$?
 [ $rc -eq 0 ] && pass untouched_model_still_runs || fail untouched_model_still_runs "rc $rc: $out"
 
