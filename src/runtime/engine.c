@@ -29,6 +29,15 @@ static void choose_context(ms_engine *eng, const ms_engine_opts *o)
 {
     const ms_model *m = eng->model;
     uint64_t avail = ms_mem_available(), budget = avail / 8;
+    /* and never more than what is left beside the dense weights, the
+     * working memory and one layer's top-k experts, so the automatic plan
+     * runs down to the smallest limit `inspect` states */
+    uint64_t fixed = eng->dense_bytes - eng->embed_bytes + ms_mem_reserve(avail) +
+                     (m->experts ? (uint64_t)m->n_experts_used *
+                                       ms_expert_bytes_typical(m->experts)
+                                 : 0);
+    if (avail && avail - (fixed < avail ? fixed : avail) < budget)
+        budget = fixed < avail ? avail - fixed : 0; /* 0: the shortest context, then refused */
     int64_t ctx = o->ctx > 0 ? o->ctx : m->max_ctx;
     int64_t p32 = ms_kv_bytes_per_token(m, MS_KV_F32);
     ms_kvfmt f = o->kv_format > 0 ? (ms_kvfmt)(o->kv_format - 1) : MS_KV_F32;
@@ -47,7 +56,7 @@ static void choose_context(ms_engine *eng, const ms_engine_opts *o)
     eng->kv_fmt = f;
     if (why)
         ms_logf(&eng->log, "context %lld tokens (model maximum %lld), KV cache %s, "
-                "%.2f GB (%s in the KV budget of %.2f GB, an eighth of the %.1f GB available; "
+                "%.2f GB (%s in the KV budget of %.2f GB, at most an eighth of the %.1f GB available; "
                 "f32 takes %.1f KB/token); --ctx and --kv override", (long long)ctx,
                 (long long)m->max_ctx, ms_kvfmt_name(f), (double)(per * ctx) / 1e9, why,
                 (double)budget / 1e9, (double)avail / 1e9, (double)p32 / 1024);
@@ -128,18 +137,36 @@ static void pin_dense(ms_engine *eng)
     }
 }
 
+uint64_t ms_mem_reserve(uint64_t avail)
+{
+    uint64_t r = (256ull << 20) + avail / 20, cap = avail / 8;
+    cap = cap > (32ull << 20) ? cap : 32ull << 20;
+    return r < cap ? r : cap;
+}
+
+uint64_t ms_mem_smallest(uint64_t need)
+{
+    uint64_t l = need;
+    for (int i = 0; i < 32; i++) /* the reserve grows by at most an eighth of l */
+        l = need + ms_mem_reserve(l);
+    return l;
+}
+
 /* Most positions a prefill call runs through each layer at once (a
  * layer-major family: ms_model.span_row_bytes > 0): what a 32nd of the
- * memory available holds, in whole blocks, at most the context; returns the
- * bytes it takes beyond a block's scratch. Each layer's experts are read
+ * memory available holds (at most half of the `left` bytes the rest of the
+ * plan leaves), in whole blocks, at most the context; returns the bytes it
+ * takes beyond a block's scratch. Each layer's experts are read
  * once per span, so under a memory limit a prompt of up to that many tokens
  * reads each expert it routes to once. */
-static uint64_t choose_span(ms_engine *eng, const ms_engine_opts *o, uint64_t avail)
+static uint64_t choose_span(ms_engine *eng, const ms_engine_opts *o, uint64_t avail,
+                            uint64_t left)
 {
     ms_model *m = eng->model;
     int64_t B = m->max_batch, span = B;
     if (m->span_row_bytes > 0) {
         uint64_t budget = avail ? avail / 32 : 1ull << 30;
+        budget = avail && left / 2 < budget ? left / 2 : budget; /* half of what is left */
         span = o->span > 0 ? o->span : (int64_t)(budget / (uint64_t)m->span_row_bytes);
         int64_t ctx = (eng->default_ctx + B - 1) / B * B;
         span = span > ctx ? ctx : span;
@@ -158,16 +185,30 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
 {
     ms_model *m = eng->model;
     uint64_t kv = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * eng->default_ctx);
-    uint64_t avail = ms_mem_available(), reserve = (256ull << 20) + avail / 20;
+    uint64_t avail = ms_mem_available(), reserve = ms_mem_reserve(avail);
     /* what cannot fit is refused here, with the numbers, before anything
      * big is allocated (an OOM kill names nothing) */
     uint64_t resident = eng->dense_bytes - eng->embed_bytes;
-    uint64_t span = choose_span(eng, o, avail);
-    if (avail && kv + resident + reserve > avail)
+    uint64_t topk = m->experts ? (uint64_t)m->n_experts_used * ms_expert_bytes_typical(m->experts)
+                               : 0;
+    uint64_t fixed = kv + resident + reserve + topk;
+    uint64_t span = choose_span(eng, o, avail, avail > fixed ? avail - fixed : 0);
+    uint64_t kv_least = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * 256);
+    if (avail && kv + resident + reserve > avail && kv_least + resident + reserve + topk < avail)
         return ms_err_set(err, MS_E_NOMEM, "a context of %lld tokens needs %.2f GB of KV cache "
                           "per session, with %.2f GB of dense weights more than the %.2f GB "
                           "available: lower --ctx", (long long)eng->default_ctx, (double)kv / 1e9,
                           (double)resident / 1e9, (double)avail / 1e9);
+    if (avail && fixed + span > avail && o->ram <= 0 && o->cache_slots <= 0)
+        return ms_err_set(err, MS_E_NOMEM, "%.0f MB available (cgroup limit and MemAvailable) "
+                          "cannot hold %.0f MB of dense weights, %.0f MB of KV cache (%lld "
+                          "tokens), one layer's top-%d experts (%.0f MB) and %.0f MB of working "
+                          "memory: this model needs at least %.0f MB available%s",
+                          (double)avail / 1e6, (double)resident / 1e6, (double)kv / 1e6,
+                          (long long)eng->default_ctx, m->n_experts_used, (double)topk / 1e6,
+                          (double)reserve / 1e6,
+                          (double)ms_mem_smallest(resident + kv + topk + span) / 1e6,
+                          o->ctx > 0 ? " (lower --ctx)" : "");
     if (avail && o->ram > 0 && (uint64_t)o->ram + kv + resident + reserve > avail)
         return ms_err_set(err, MS_E_NOMEM, "--ram %.2f GB for the expert cache, with %.2f GB of "
                           "dense weights and %.2f GB of KV cache, is more than the %.2f GB "

@@ -16,6 +16,14 @@
 /* Most positions per layer-major prefill call (ms_engine_opts.span). */
 #define MS_MAX_SPAN 16384
 
+/* Working memory kept free beyond what the engine counts (dense weights, KV
+ * cache, prefill span, expert cache): the tokenizer, scratch that grows,
+ * page cache: 256 MB and a 20th of what is available, at most an eighth of
+ * it (at least 32 MB), so small limits still leave room for experts. */
+uint64_t ms_mem_reserve(uint64_t avail);
+/* The smallest memory limit that leaves `need` bytes beside its reserve. */
+uint64_t ms_mem_smallest(uint64_t need);
+
 struct ms_engine {
     ms_checkpoint *ck;
     const ms_family *family;

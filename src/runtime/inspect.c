@@ -47,6 +47,21 @@ static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
     fprintf(out, "\nKV cache at the model's %lld-token context: %.2f GB f32, %.2f GB bf16, "
             "%.2f GB fp8\n", (long long)m->max_ctx, (double)full * (double)m->max_ctx / 1e9,
             (double)half * (double)m->max_ctx / 1e9, (double)quarter * (double)m->max_ctx / 1e9);
+    /* what the engine's memory plan needs at the least: the dense weights
+     * pinned, a bf16 KV cache, one layer's top-k experts in the cache, and
+     * its working memory (ms_mem_reserve) */
+    int64_t ctx = m->max_ctx < 4096 ? m->max_ctx : 4096;
+    uint64_t resident = b->bytes[MS_ROLE_DENSE], kv = (uint64_t)(half * ctx);
+    uint64_t topk = m->experts ? (uint64_t)m->n_experts_used * ms_expert_bytes_typical(m->experts)
+                               : 0;
+    uint64_t least = ms_mem_smallest(resident + kv + topk);
+    fprintf(out, "smallest memory limit: %.0f MB (dense weights %.0f MB, KV cache of a "
+            "%lld-token context in bf16 %.0f MB, one layer's top-%d experts %.0f MB, working "
+            "memory %.0f MB); the whole model in the page cache: %.2f GB\n",
+            (double)least / 1e6, (double)resident / 1e6, (long long)ctx, (double)kv / 1e6,
+            m->n_experts_used, (double)topk / 1e6,
+            (double)(least - resident - kv - topk) / 1e6,
+            (double)(resident + b->bytes[MS_ROLE_EMBED] + b->bytes[MS_ROLE_EXPERT] + kv) / 1e9);
 }
 
 int ms_inspect(const char *model_dir, FILE *out, ms_error *err)
@@ -69,6 +84,8 @@ int ms_inspect(const char *model_dir, FILE *out, ms_error *err)
     fam->describe(m, out);
     print_tensors(ck, &b, out);
     print_sizes(m, &b, out);
+    for (int i = 0; i < b.n_notes; i++)
+        fprintf(out, "note: %s\n", b.notes[i]);
     if (b.n_problems == 0) {
         fprintf(out, "L0: PASS (%lld tensors bound, none missing, none unexpected)\n",
                 (long long)b.n_used);

@@ -96,10 +96,24 @@ void ms_binder_free(ms_binder *b)
     for (int i = 0; i < b->n_problems; i++)
         free(b->problems[i]);
     free(b->problems);
+    for (int i = 0; i < b->n_notes; i++)
+        free(b->notes[i]);
+    free(b->notes);
     free(b->used);
     free(b->ignored);
     free(b->dense);
     memset(b, 0, sizeof *b);
+}
+
+static void add_line(char ***list, int *n, const char *line)
+{
+    char **p = realloc(*list, sizeof *p * (size_t)(*n + 1));
+    if (!p)
+        return;
+    *list = p;
+    p[*n] = strdup(line);
+    if (p[*n])
+        (*n)++;
 }
 
 void ms_bind_problem(ms_binder *b, const char *fmt, ...)
@@ -109,13 +123,24 @@ void ms_bind_problem(ms_binder *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    char **p = realloc(b->problems, sizeof *p * (size_t)(b->n_problems + 1));
-    if (!p)
-        return;
-    b->problems = p;
-    b->problems[b->n_problems] = strdup(buf);
-    if (b->problems[b->n_problems])
-        b->n_problems++;
+    add_line(&b->problems, &b->n_problems, buf);
+}
+
+/* Dims equal but for trailing 1s on either side (the same bytes in the same
+ * order: a redundant dimension does not change the math). */
+static int same_but_trailing_ones(const int64_t *a, int na, const int64_t *b, int nb)
+{
+    int n = na < nb ? na : nb;
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    for (int i = n; i < na; i++)
+        if (a[i] != 1)
+            return 0;
+    for (int i = n; i < nb; i++)
+        if (b[i] != 1)
+            return 0;
+    return 1;
 }
 
 static void dtype_list(uint32_t mask, char *buf, size_t cap)
@@ -173,6 +198,15 @@ const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *nam
     int same = t->n_dims == n_dims;
     for (int i = 0; same && i < n_dims; i++)
         same = t->shape[i] == shape[i];
+    if (!same && same_but_trailing_ones(t->shape, t->n_dims, shape, n_dims)) {
+        char note[512];
+        snprintf(note, sizeof note, "tensor %s has shape %s where the release has %s: a "
+                 "redundant dimension of 1, read as %s", name,
+                 ms_shape_str(t->shape, t->n_dims, got, sizeof got),
+                 ms_shape_str(shape, n_dims, want, sizeof want), want);
+        add_line(&b->notes, &b->n_notes, note);
+        same = 1;
+    }
     if (!same) {
         ms_bind_problem(b, "mis-shaped tensor %s: shape %s, expected %s", name,
                         ms_shape_str(t->shape, t->n_dims, got, sizeof got),

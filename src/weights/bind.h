@@ -65,6 +65,8 @@ typedef struct ms_binder {
     /* results */
     int n_problems;
     char **problems;        /* "missing tensor X", ... */
+    int n_notes;
+    char **notes;           /* accepted, but worth saying (inspect prints them) */
     int64_t n_used;
     uint8_t *used;          /* per tensor ordinal: handed out */
     uint8_t *ignored;       /* per tensor ordinal: knowingly unused */

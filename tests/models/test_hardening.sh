@@ -94,6 +94,25 @@ refused_args() { # NAME WANT ARGS...
 refused_args impossible_ctx_refused "a context of 1099511627776 tokens needs .* GB of KV cache" --ctx 1099511627776
 refused_args impossible_ram_refused "--ram 2147.48 GB for the expert cache.*lower --ram" --ram 2000G --experts cache
 
+# the automatic memory plan works down to the smallest limit inspect states,
+# and below it refuses with the numbers (needs shared/tools/memlimit)
+FQ=${MOESTREAM_FIXTURES:-../shared/fixtures}/qwen3_moe
+ML=""
+for m in ../shared/tools/memlimit /work/shared/tools/memlimit; do [ -x "$m" ] && { ML=$m; break; }; done
+least=$("$BIN" inspect "$FQ" 2>/dev/null | sed -n 's/^smallest memory limit: \([0-9]*\) MB.*/\1/p')
+[ -n "$least" ] && pass inspect_states_the_smallest_limit || fail inspect_states_the_smallest_limit "no line"
+if [ -n "$ML" ] && "$ML" 64M -- true >/dev/null 2>&1; then
+  out=$("$ML" 64M -- "$BIN" run "$FQ" --prompt-ids "$FQ/tokens.txt" -n 2 --ids 2>&1); rc=$?
+  [ $rc -eq 0 ] && pass automatic_plan_runs_in_64M || fail automatic_plan_runs_in_64M "rc $rc: $out"
+  out=$("$ML" 64M -- "$BIN" run "$FQ" --prompt-ids "$FQ/tokens.txt" -n 2 --ids --experts cache 2>&1); rc=$?
+  [ $rc -eq 0 ] && pass automatic_cache_runs_in_64M || fail automatic_cache_runs_in_64M "rc $rc: $out"
+  out=$("$ML" 24M -- "$BIN" run "$FQ" --prompt-ids "$FQ/tokens.txt" -n 2 --ids 2>&1); rc=$?
+  [ $rc -ne 0 ] && [ $rc -lt 128 ] && printf '%s' "$out" | grep -q "MB available (cgroup limit and MemAvailable) cannot hold .* this model needs at least [0-9]* MB available" &&
+    pass too_small_limit_refused_with_the_numbers || fail too_small_limit_refused_with_the_numbers "rc $rc: $out"
+else
+  echo "SKIP memory_limit_cases: no usable shared/tools/memlimit here (it needs the repository's ../shared and cgroups)"
+fi
+
 # two names of one setting that disagree
 edit "$W/g" "$W/g1" experts_per_token 1
 $PY - "$W/g1/config.json" <<'P'
@@ -158,6 +177,34 @@ P
 out=$("$BIN" inspect "$W/hs" 2>&1); rc=$?
 [ $rc -ne 0 ] && printf '%s' "$out" | grep -q "the data section holds .* but the tensors end at" &&
   pass header_length_one_short_refused || fail header_length_one_short_refused "rc $rc: $(printf '%s' "$out" | tail -3)"
+
+# a redundant trailing dimension of 1 (same bytes): accepted, said by
+# inspect, the logits unchanged
+rm -rf "$W/t1"; cp -r "$W/q" "$W/t1"
+$PY - "$W/t1" <<'P'
+import json, os, struct, sys
+d = sys.argv[1]
+for f in sorted(os.listdir(d)):
+    if not f.endswith(".safetensors"):
+        continue
+    p = os.path.join(d, f)
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    if "model.norm.weight" not in h:
+        continue
+    h["model.norm.weight"]["shape"].append(1)
+    # keep the data section where it was: the new header in the old length
+    raw = json.dumps(h, separators=(",", ":")).encode()
+    assert len(raw) <= n, "no room for the longer header"
+    open(p, "wb").write(b[:8] + raw + b" " * (n - len(raw)) + b[8 + n:])
+P
+out=$("$BIN" inspect "$W/t1" 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q "note: tensor model.norm.weight has shape \[.*, 1\] where the release has \[.*\]: a redundant dimension of 1" &&
+  pass trailing_one_accepted_and_said || fail trailing_one_accepted_and_said "rc $rc: $(printf '%s' "$out" | tail -3)"
+"$BIN" logits "$W/q" --prompt-ids "$W/p.ids" --out "$W/t0.f32" 2>/dev/null
+"$BIN" logits "$W/t1" --prompt-ids "$W/p.ids" --out "$W/t1.f32" 2>/dev/null
+cmp -s "$W/t0.f32" "$W/t1.f32" && pass trailing_one_same_logits || fail trailing_one_same_logits "logits differ"
 
 # a tensor a shard holds but the index does not list: the reference loader
 # never reads it, so it is refused, not used
