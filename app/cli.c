@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_fail(const ms_error *err)
 {
@@ -25,10 +26,49 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+/* The progress line on stderr: showing while a step runs, erased when it is
+ * done or when a notice is printed. */
+static int progress_shown;
+
 void cli_log(void *user, const char *line)
 {
     (void)user;
+    if (progress_shown) {
+        fputs("\r\033[K", stderr);
+        progress_shown = 0;
+    }
     fprintf(stderr, "moestream: %s\n", line);
+}
+
+static void print_progress(void *user, const ms_progress *p)
+{
+    static double last;
+    (void)user;
+    if (p->done >= p->total) {
+        if (progress_shown)
+            fputs("\r\033[K", stderr);
+        progress_shown = 0;
+        last = 0;
+        fflush(stderr);
+        return;
+    }
+    if (progress_shown && p->seconds - last < 0.1 && p->seconds >= last)
+        return; /* ten updates a second at most */
+    last = p->seconds;
+    double rate = p->seconds > 0 ? (double)p->done / p->seconds : 0;
+    if (!strcmp(p->what, "prefill"))
+        fprintf(stderr, "\r\033[Kprefill: %lld / %lld tokens (%.1f tok/s)", (long long)p->done,
+                (long long)p->total, rate);
+    else
+        fprintf(stderr, "\r\033[K%s: %.2f / %.2f GB (%.0f MB/s)", p->what, p->done / 1e9,
+                p->total / 1e9, rate / 1e6);
+    fflush(stderr);
+    progress_shown = 1;
+}
+
+ms_progress_fn cli_progress(int force)
+{
+    return force || isatty(2) ? print_progress : NULL;
 }
 
 const char *cli_value(int argc, char **argv, int *i, const char *name, int *missing)
@@ -62,6 +102,41 @@ int cli_parse_f64(const char *s, double lo, double hi, double *out)
     if (errno || end == s || *end || !(v >= lo && v <= hi))
         return -1;
     *out = v;
+    return 0;
+}
+
+int cli_read_text(const char *path, char **text, ms_error *err)
+{
+    const size_t max = (size_t)64 << 20;
+    if (strcmp(path, "-") != 0)
+        return ms_read_input(path, max, text, NULL, err);
+    size_t n = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 == cap) {
+            char *p = cap < max ? realloc(buf, cap * 2) : NULL;
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, stdin);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (!buf || ferror(stdin)) {
+        free(buf);
+        snprintf(err->msg, sizeof err->msg, "standard input: %s", buf ? "read error" :
+                 "more than 64 MB (or out of memory)");
+        err->code = MS_E_IO;
+        return -1;
+    }
+    buf[n] = 0;
+    *text = buf;
     return 0;
 }
 
@@ -181,4 +256,13 @@ int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int think
     int rc = cli_chat_prompt_json(eng, req, thinking, effort, text, err);
     free(req);
     return rc;
+}
+
+int cli_parse_placement(const char *cmd, const char *v, int *placement)
+{
+    if (!strcmp(v, "auto")) *placement = MS_PLACE_AUTO;
+    else if (!strcmp(v, "pagecache")) *placement = MS_PLACE_PAGECACHE;
+    else if (!strcmp(v, "cache")) *placement = MS_PLACE_CACHE;
+    else return cli_usage_error(cmd, "--experts expects auto, pagecache or cache, got \"%s\"", v);
+    return 0;
 }

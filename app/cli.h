@@ -13,6 +13,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 /* The engine's notices function of every command: "moestream: <line>" on
  * stderr (ms_engine_opts.log). */
 void cli_log(void *user, const char *line);
+/* The progress function of every command: one line on stderr, updated in
+ * place and erased when done; only on a terminal unless forced
+ * (--progress). NULL when it is not to be shown. */
+ms_progress_fn cli_progress(int force);
 
 /* Option parsing: cli_arg(argc, argv, &i, "--name") returns the value
  * following argv[i] when argv[i] is --name (advancing i), NULL otherwise;
@@ -25,9 +29,17 @@ int cli_parse_f64(const char *s, double lo, double hi, double *out);
  * status after printing the usage error. */
 int cli_parse_precision(const char *cmd, const char *v, int *precision);
 
+/* --experts auto|pagecache|cache into *placement (enum ms_placement); 0, or
+ * an exit status after printing the usage error. */
+int cli_parse_placement(const char *cmd, const char *v, int *placement);
+
 /* --kv f32|bf16|fp8 into *kv (enum ms_kv_format); 0, or an exit status
  * after printing the usage error. */
 int cli_parse_kv(const char *cmd, const char *v, int *kv);
+
+/* The text of a file the user names, "-" for standard input (to its end, at
+ * most 64 MB); caller frees *text. */
+int cli_read_text(const char *path, char **text, ms_error *err);
 
 /* Reads decimal token ids separated by white space; caller frees *ids. */
 int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);
@@ -45,13 +57,13 @@ int cli_chat_prompt_json(const ms_engine *eng, const char *request_json, int thi
 
 /* Options of run, logits and chat (opts.c). */
 typedef struct run_opts {
-    const char *model, *prompt_ids, *prompt_text, *out, *dump, *trace;
+    const char *model, *prompt_ids, *prompt_text, *prompt_file, *out, *dump, *trace;
     const char *system, *effort, *chat_template, *json_schema;
     int json_any;                                    /* --json: any JSON object */
     int placement, no_prefetch, buffered, precision, kv;
     int64_t ram, io_threads, cache_slots, reads, span, early;
     int64_t n_predict, ctx, threads, feed;          /* n_predict -1: the command's default */
-    int ids, ignore_eos, stats, raw, hide_reasoning, thinking, no_reuse;
+    int ids, ignore_eos, stats, raw, hide_reasoning, thinking, no_reuse, progress;
     int have_temp, have_top_p, have_top_k, have_min_p, have_seed;
     int have_rep, have_presence, have_freq;
     ms_sampling sampling;

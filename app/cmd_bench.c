@@ -57,8 +57,8 @@ static int parse(int argc, char **argv, bench_opts *o)
             if ((o->ram = ms_parse_size(v)) <= 0)
                 return cli_usage_error("bench", "--ram expects a size like 6G");
         } else if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
-            o->placement = !strcmp(v, "pagecache") ? MS_PLACE_PAGECACHE
-                         : !strcmp(v, "cache") ? MS_PLACE_CACHE : MS_PLACE_AUTO;
+            if (cli_parse_placement("bench", v, &o->placement))
+                return 2;
         } else if (miss) return cli_usage_error("bench", "%s needs a value", argv[i]);
         else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
         else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
@@ -159,7 +159,8 @@ int cmd_bench(int argc, char **argv)
                          .span = (int)o.span, .prefetch_early = (int)o.early,
                          .no_prefetch = o.no_prefetch,
                          .buffered = o.buffered, .trace_path = o.trace,
-                         .precision = o.precision, .kv_format = o.kv, .log = cli_log};
+                         .precision = o.precision, .kv_format = o.kv, .log = cli_log,
+                         .progress = cli_progress(0)};
     ms_engine *eng = NULL;
     ms_session *s = NULL;
     int32_t *ids = NULL;

@@ -6,6 +6,7 @@
  * --ids prints the generated ids instead of text. logits: float32 rows for
  * every prompt position. */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +20,19 @@ typedef struct run_out {
 static void on_id(void *ctx, int32_t id)
 {
     run_out *r = ctx;
-    if (r->ids)
+    if (r->ids) {
         printf("%s%" PRId32, r->n_ids++ ? " " : "", id);
+        fflush(stdout); /* every token as it is made, also when piped */
+    }
+}
+
+/* SIGINT / SIGTERM during generation: the answer stops after the token in
+ * hand, which is already written, and the run ends with status 130 / 143. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
 }
 
 static void on_text(void *ctx, int chan, const char *s, size_t n)
@@ -49,10 +61,15 @@ static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **to
         return cli_read_ids(o->prompt_ids, ids, n, err);
     if (ms_tokenizer_open(o->model, tok, err))
         return -1;
-    char *text = NULL;
+    char *text = NULL, *input = NULL;
     const char *t = o->prompt_text;
+    if (o->prompt_file || !strcmp(t, "-")) { /* -f FILE, -f - or -p -: the text read */
+        if (cli_read_text(o->prompt_file ? o->prompt_file : "-", &input, err))
+            return -1;
+        t = input;
+    }
     if (!o->raw) {
-        ms_chat_msg m[2] = {{"system", o->system, NULL}, {"user", o->prompt_text, NULL}};
+        ms_chat_msg m[2] = {{"system", o->system, NULL}, {"user", t, NULL}};
         if (cli_chat_prompt(eng, o->system ? m : m + 1, o->system ? 2 : 1, o->thinking,
                             o->effort, &text, err))
             return -1;
@@ -61,6 +78,7 @@ static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **to
     }
     int rc = ms_tokenizer_encode(*tok, t, strlen(t), 1, ids, n, err);
     free(text);
+    free(input);
     return rc;
 }
 
@@ -106,8 +124,9 @@ int cmd_run(int argc, char **argv)
     int rc = run_opts_parse("run", argc, argv, &o);
     if (rc)
         return rc;
-    if (!o.prompt_ids == !o.prompt_text)
-        return cli_usage_error("run", "needs exactly one of -p TEXT or --prompt-ids FILE");
+    if (!!o.prompt_ids + !!o.prompt_text + !!o.prompt_file != 1)
+        return cli_usage_error("run", "needs exactly one of -p TEXT, -f FILE or --prompt-ids "
+                               "FILE (\"-\" for TEXT or FILE: standard input)");
     ms_error err = {0};
     ms_engine *eng = NULL;
     ms_session *s = NULL;
@@ -140,7 +159,12 @@ int cmd_run(int argc, char **argv)
     ms_gen_opts go = {.max_tokens = o.n_predict >= 0 ? o.n_predict : 256,
                       .ignore_eos = o.ignore_eos, .sampler = smp, .tok = ro.ids ? NULL : tok,
                       .parser = parser, .grammar = gram, .vocab = vi, .mask_ns = &mask_ns,
-                      .on_id = on_id, .on_text = on_text, .ctx = &ro};
+                      .on_id = on_id, .on_text = on_text, .ctx = &ro,
+                      .cancel = (const volatile int *)&stop_signal};
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     ms_gen_result gr;
     if (ms_generate(s, &go, &gr, &err))
         goto out;
@@ -158,7 +182,7 @@ int cmd_run(int argc, char **argv)
                     gr.n_tokens ? mask_ns * 1e-6 / (double)gr.n_tokens : 0.0);
         run_opts_print_stats(s);
     }
-    rc = gr.stop == MS_STOP_CONTEXT ? 3 : 0;
+    rc = stop_signal ? 128 + stop_signal : gr.stop == MS_STOP_CONTEXT ? 3 : 0;
 out:
     if (rc == 1)
         rc = cli_fail(&err);

@@ -55,7 +55,8 @@
 
 static int bad_option(const run_opts *o)
 {
-    const char *bad = o->prompt_ids ? "--prompt-ids" : o->prompt_text ? "-p" : o->out ? "--out"
+    const char *bad = o->prompt_ids ? "--prompt-ids" : o->prompt_text ? "-p"
+                    : o->prompt_file ? "-f" : o->out ? "--out"
                     : o->dump ? "--dump" : o->ids ? "--ids" : o->raw ? "--raw"
                     : o->feed ? "--feed" : o->system ? "--system"
                     : o->hide_reasoning ? "--hide-reasoning" : NULL;
@@ -239,6 +240,7 @@ int cmd_serve(int argc, char **argv)
     sv.access.port = bound;
     fprintf(stderr, "moestream serve: loading %s; /health answers on port %d meanwhile\n",
             o.model, bound);
+    o.progress = -1; /* requests' prefills are not a terminal's business */
     if (run_opts_open(&o, &sv.eng, &sv.s, &err) || ms_tokenizer_open(o.model, &sv.tok, &err) ||
         ms_vocab_index_open(sv.tok, &sv.vocab, &err))
         goto out;

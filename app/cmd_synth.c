@@ -7,7 +7,7 @@
 
 int cmd_synth(int argc, char **argv)
 {
-    ms_synth_opts o = {.log = cli_log};
+    ms_synth_opts o = {.log = cli_log, .progress = cli_progress(0)};
     for (int i = 1; i < argc; i++) {
         int miss = 0;
         const char *v;
@@ -30,6 +30,8 @@ int cmd_synth(int argc, char **argv)
             return cli_usage_error("synth", "%s needs a value", argv[i]);
         else if (!strcmp(argv[i], "--force"))
             o.force = 1;
+        else if (!strcmp(argv[i], "--progress"))
+            o.progress = cli_progress(1);
         else
             return cli_usage_error("synth", "unexpected argument \"%s\"", argv[i]);
     }

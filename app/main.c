@@ -11,14 +11,19 @@ static const struct {
     const char *usage;
 } commands[] = {
     {"run", cmd_run,
-     "run MODEL_DIR (-p TEXT | --prompt-ids FILE) [-n N] [--temp T] [--top-p P] [--top-k K] "
+     "run MODEL_DIR (-p TEXT | -f FILE | --prompt-ids FILE; TEXT or FILE \"-\": stdin) [-n N] "
+     "[--temp T] [--top-p P] [--top-k K] "
      "[--min-p P] [--seed S]\n                [--repeat-penalty R] [--presence-penalty P] "
      "[--frequency-penalty F] [--ctx N] [--kv f32|bf16|fp8] [--raw] [--ids] [--ignore-eos]\n"
      "                [--stats] [--threads N] [--precision exact|fast] [--system TEXT] [--think on|off] "
      "[--reasoning-effort E] [--hide-reasoning]\n"
      "                [--chat-template-file FILE] [--ram SIZE] [--experts auto|pagecache|cache] [--io-threads N] "
      "[--no-prefetch] [--buffered] [--trace FILE] [--cache-slots N] [--reads N]\n"
-     "                [--prefill-span N] [--prefetch-early N]"},
+     "                [--prefill-span N] [--prefetch-early N] [--progress]\n"
+     "                llama.cpp's names work too: -c/--ctx-size N, -t N, -s N, --n-predict N, "
+     "--prompt TEXT, --file FILE\n"
+     "                exit status: 0 done, 1 error, 2 usage, 3 context full, 130/143 "
+     "stopped by SIGINT/SIGTERM (the output so far is written)"},
     {"chat", cmd_chat,
      "chat MODEL_DIR [--system TEXT] [--think on|off] [--reasoning-effort E] "
      "[--hide-reasoning] [--chat-template-file FILE] [sampling, context and placement options as run]"},
@@ -45,7 +50,7 @@ static const struct {
      "--text-file FILE\n                [--tools FILE] [--opens-reasoning] [--partial]"},
     {"synth", cmd_synth,
      "synth (--like NAME | --config FILE) --out DIR [--layers N] [--seed S] [--shard-size SIZE] "
-     "[--force]"},
+     "[--force] [--progress]"},
     {"replay", cmd_replay, "replay TRACE [--ram SIZE | --slots N]"},
     {"bench", cmd_bench,
      "bench MODEL_DIR [--prompt N] [-n N] [--context N] [--disk N] [--floor] "

@@ -35,7 +35,16 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
             continue;                                                             \
         }
         if ((v = cli_value(argc, argv, &i, "--prompt-ids", &miss))) { o->prompt_ids = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "-p", &miss))) { o->prompt_text = v; continue; }
+        if ((v = cli_value(argc, argv, &i, "-p", &miss)) ||
+            (v = cli_value(argc, argv, &i, "--prompt", &miss))) {
+            o->prompt_text = v; /* "-": standard input */
+            continue;
+        }
+        if ((v = cli_value(argc, argv, &i, "-f", &miss)) ||
+            (v = cli_value(argc, argv, &i, "--file", &miss))) {
+            o->prompt_file = v; /* "-": standard input */
+            continue;
+        }
         if ((v = cli_value(argc, argv, &i, "--out", &miss))) { o->out = v; continue; }
         if ((v = cli_value(argc, argv, &i, "--dump", &miss))) { o->dump = v; continue; }
         if ((v = cli_value(argc, argv, &i, "--trace", &miss))) { o->trace = v; continue; }
@@ -55,10 +64,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
             continue;
         }
         if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
-            if (!strcmp(v, "auto")) o->placement = MS_PLACE_AUTO;
-            else if (!strcmp(v, "pagecache")) o->placement = MS_PLACE_PAGECACHE;
-            else if (!strcmp(v, "cache")) o->placement = MS_PLACE_CACHE;
-            else return cli_usage_error(cmd, "--experts expects auto, pagecache or cache, got \"%s\"", v);
+            if (cli_parse_placement(cmd, v, &o->placement))
+                return 2;
             continue;
         }
         NUM_I("--io-threads", 1, 256, o->io_threads)
@@ -67,8 +74,12 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
         NUM_I("--prefill-span", 1, 1 << 20, o->span)
         NUM_I("--prefetch-early", 0, 64, o->early)
         NUM_I("-n", 0, INT32_MAX, o->n_predict)
+        NUM_I("--n-predict", 0, INT32_MAX, o->n_predict) /* llama.cpp's names */
         NUM_I("--ctx", 1, INT64_C(1) << 40, o->ctx)
+        NUM_I("-c", 1, INT64_C(1) << 40, o->ctx)
+        NUM_I("--ctx-size", 1, INT64_C(1) << 40, o->ctx)
         NUM_I("--threads", 1, 64, o->threads)
+        NUM_I("-t", 1, 64, o->threads)
         NUM_I("--feed", 1, INT32_MAX, o->feed)
         NUM_F("--temp", 0, 100, o->sampling.temperature, o->have_temp)
         NUM_F("--top-p", 1e-9, 1, o->sampling.top_p, o->have_top_p)
@@ -99,7 +110,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
             o->have_top_k = 1;
             continue;
         }
-        if ((v = cli_value(argc, argv, &i, "--seed", &miss))) {
+        if ((v = cli_value(argc, argv, &i, "--seed", &miss)) ||
+            (v = cli_value(argc, argv, &i, "-s", &miss))) {
             if (cli_parse_i64(v, 0, INT64_MAX, &iv))
                 return cli_usage_error(cmd, "--seed expects an integer >= 0, got \"%s\"", v);
             o->sampling.seed = (uint64_t)iv;
@@ -119,6 +131,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
         else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
         else if (!strcmp(argv[i], "--hide-reasoning")) o->hide_reasoning = 1;
         else if (!strcmp(argv[i], "--no-reuse")) o->no_reuse = 1;
+        else if (!strcmp(argv[i], "--progress")) o->progress = 1;
         else if (argv[i][0] == '-')
             return cli_usage_error(cmd, "unknown option %s", argv[i]);
         else if (!o->model) o->model = argv[i];
@@ -138,7 +151,8 @@ int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *
                          .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
                          .buffered = o->buffered, .trace_path = o->trace,
                          .precision = o->precision, .chat_template_file = o->chat_template,
-                         .kv_format = o->kv, .log = cli_log};
+                         .kv_format = o->kv, .log = cli_log,
+                         .progress = o->progress < 0 ? NULL : cli_progress(o->progress)};
     ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
     if (ms_engine_open(o->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
         return -1;

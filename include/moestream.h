@@ -51,6 +51,17 @@ enum ms_placement {
  * bf16, said once on stderr. */
 enum ms_kv_format { MS_KVCACHE_AUTO = 0, MS_KVCACHE_F32, MS_KVCACHE_BF16, MS_KVCACHE_FP8 };
 
+/* Progress of a long step, for a front end to show: `what` is "loading"
+ * (done/total: bytes of dense weights pinned), "prefill" (prompt positions
+ * through the layers) or "synth" (bytes written); seconds since the step
+ * began. A step's last report has done == total. */
+typedef struct ms_progress {
+    const char *what;
+    int64_t done, total;
+    double seconds;
+} ms_progress;
+typedef void (*ms_progress_fn)(void *user, const ms_progress *p);
+
 /* Engine options. Zero-initialise, then set what you need. */
 typedef struct ms_engine_opts {
     int n_threads;       /* compute threads, 1..64 (process-wide); 0 = the CPUs we may run on */
@@ -63,6 +74,8 @@ typedef struct ms_engine_opts {
      * drops them. */
     void (*log)(void *user, const char *line);
     void *log_user;
+    ms_progress_fn progress; /* loading and prefill progress; NULL: none */
+    void *progress_user;
     int placement;       /* enum ms_placement */
     int64_t ram;         /* expert cache budget in bytes; 0 = derived from memory */
     int cache_slots;     /* > 0: expert cache of exactly that many experts (tests, tuning) */
@@ -260,8 +273,10 @@ typedef struct ms_synth_opts {
     int64_t shard_bytes;     /* 0 = about 4.6 GB per shard, as releases */
     int quiet;
     int force;               /* write into a folder that is not empty */
-    void (*log)(void *user, const char *line); /* progress lines; NULL drops them */
+    void (*log)(void *user, const char *line); /* what was written; NULL drops them */
     void *log_user;
+    ms_progress_fn progress; /* "synth": bytes written of the total; NULL: none */
+    void *progress_user;
 } ms_synth_opts;
 /* Writes a random-weight checkpoint into out_dir, which must be empty or
  * absent unless force. Every file is written under a temporary name,

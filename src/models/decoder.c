@@ -240,6 +240,8 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         t1 = ms_now();
         tm->experts += t1 - t0;
         t0 = t1;
+        if (f->on_layer)
+            f->on_layer(f->on_layer_ctx, l + 1, b->n_layers);
     }
     head(dec, f, r.x);
     tm->head += ms_now() - t0;

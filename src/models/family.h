@@ -54,6 +54,10 @@ typedef struct ms_fwd {
     float *logits;            /* [n][vocab] when logits_all, else [vocab] (last row) */
     int logits_all;
     ms_trace *trace;          /* NULL unless dumping named intermediates */
+    /* called after each layer with the layers done (layer-major families);
+     * NULL: none */
+    void (*on_layer)(void *ctx, int layers_done, int n_layers);
+    void *on_layer_ctx;
     ms_timers *timers;
 } ms_fwd;
 

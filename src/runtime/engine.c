@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/json.h"
 #include "base/pool.h"
 #include "base/sysmem.h"
@@ -124,17 +125,28 @@ static int load_model(ms_engine *eng, ms_err *err)
  * them; an optimisation, so a refusal is reported and not fatal. */
 static void pin_dense(ms_engine *eng)
 {
+    uint64_t total = 0;
+    double t0 = ms_now();
+    for (int i = 0; i < eng->n_dense; i++)
+        total += eng->dense[i].offset + eng->dense[i].nbytes - (eng->dense[i].offset & ~4095ull);
     for (int i = 0; i < eng->n_dense; i++) {
         const ms_span *s = &eng->dense[i];
         uint64_t a = s->offset & ~4095ull, len = s->offset + s->nbytes - a;
         const void *p = eng->ck->files[s->file].map + a;
-        if (mlock(p, len)) {
+        if (mlock(p, len)) { /* reads them from disk first: the slow part of a cold load */
             ms_logf(&eng->log, "cannot pin dense weights (mlock: %s); streaming may evict "
                     "them", strerror(errno));
-            return;
+            break;
         }
         eng->pinned_bytes += len;
+        if (eng->progress)
+            eng->progress(eng->progress_user,
+                          &(ms_progress){"loading", (int64_t)eng->pinned_bytes, (int64_t)total,
+                                         ms_now() - t0});
     }
+    if (eng->progress && eng->pinned_bytes < total) /* the last report: done */
+        eng->progress(eng->progress_user,
+                      &(ms_progress){"loading", (int64_t)total, (int64_t)total, ms_now() - t0});
 }
 
 uint64_t ms_mem_reserve(uint64_t avail)
@@ -272,8 +284,11 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
                           ms_pool_threads(), opts->n_threads);
     }
     eng->n_threads = ms_pool_threads();
-    if (!opts->quiet)
+    if (!opts->quiet) {
         eng->log = (ms_logger){opts->log, opts->log_user};
+        eng->progress = opts->progress;
+        eng->progress_user = opts->progress_user;
+    }
     if (ms_kernels_set_fast(opts->precision == MS_PRECISION_FAST)) {
         free(eng);
         return ms_err_set(err, MS_E_UNSUPPORTED, "precision fast needs AVX-512 with "

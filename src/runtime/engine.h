@@ -41,6 +41,8 @@ struct ms_engine {
     FILE *trace;             /* expert routing trace, or NULL */
     ms_chat_template *chat_template; /* the folder's (or the file's), NULL: none */
     ms_logger log;           /* the caller's notices function (none when quiet) */
+    ms_progress_fn progress; /* the caller's progress function, or NULL */
+    void *progress_user;
 };
 
 /* The engine behind a session (the session struct is private to session.c). */

@@ -171,6 +171,24 @@ static int check_logits(const float *logits, int64_t rows, int64_t vocab, int64_
     return 0;
 }
 
+/* Prefill progress: positions through the layers, reported after every
+ * layer of a call (a layer-major family runs the whole call layer by layer)
+ * or after every call. */
+typedef struct prefill_progress {
+    const ms_engine *eng;
+    int64_t off, nb, n;       /* this call's positions [off, off + nb) of n */
+    double t0;
+} prefill_progress;
+
+static void report_layer(void *ctx, int done, int n_layers)
+{
+    prefill_progress *p = ctx;
+    int64_t at = p->off + p->nb * done / n_layers;
+    if (at < p->n) /* the last report comes once the call is done */
+        p->eng->progress(p->eng->progress_user,
+                         &(ms_progress){"prefill", at, p->n, ms_now() - p->t0});
+}
+
 int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
                     ms_error *err)
 {
@@ -180,20 +198,28 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
         return -1;
     ms_model *m = s->eng->model;
     double t0 = ms_now();
+    prefill_progress pp = {.eng = s->eng, .n = n, .t0 = t0};
+    int report = s->eng->progress && n > 1;
     for (int64_t off = 0; off < n; off += m->max_span) {
         int64_t nb = n - off < m->max_span ? n - off : m->max_span;
         int last = off + nb == n;
+        pp.off = off;
+        pp.nb = nb;
         ms_fwd f = {
             .ids = ids + off, .n = nb, .pos0 = s->pos, .kv = s->kv, .scratch = &s->scratch,
             .trace = s->trace, .timers = &s->timers,
             .logits = logits ? logits + off * m->vocab : last ? s->logits : NULL,
             .logits_all = logits != NULL,
+            .on_layer = report ? report_layer : NULL, .on_layer_ctx = &pp,
         };
         if (s->eng->family->forward(m, &f, err) ||
             check_logits(f.logits, f.logits_all ? nb : f.logits ? 1 : 0, m->vocab, s->pos, err))
             return -1;
         memcpy(s->hist + s->pos, ids + off, sizeof *ids * (size_t)nb);
         s->pos += nb;
+        if (report)
+            s->eng->progress(s->eng->progress_user,
+                             &(ms_progress){"prefill", off + nb, n, ms_now() - t0});
     }
     if (logits)
         memcpy(s->logits, logits + (n - 1) * m->vocab, (size_t)m->vocab * 4);

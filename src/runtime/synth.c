@@ -156,10 +156,18 @@ static int put_in_place(const char *dir, const char *name, const char *tmp, ms_e
     return 0;
 }
 
+/* Bytes written of all shards, for the caller's progress function. */
+typedef struct written {
+    const ms_synth_opts *o;
+    int64_t done, total;
+    double t0;
+} written;
+
 /* One shard: header (tensors sorted by dtype width then name, as the
  * safetensors writer does), then the data. */
 static int write_shard(const char *dir, const shard *sh, const ms_tensor_spec *specs,
-                       int has_meta, ms_rng *r, uint8_t *buf, size_t cap, ms_err *err)
+                       int has_meta, ms_rng *r, uint8_t *buf, size_t cap, written *wr,
+                       ms_err *err)
 {
     const ms_tensor_spec **v = malloc(sizeof *v * (size_t)sh->count);
     json_t *hdr = json_object();
@@ -204,6 +212,10 @@ static int write_shard(const char *dir, const shard *sh, const ms_tensor_spec *s
             if (write_all(fd, buf, k, path, err))
                 goto out;
             left -= k;
+            wr->done += (int64_t)k;
+            if (wr->o->progress && !wr->o->quiet)
+                wr->o->progress(wr->o->progress_user,
+                                &(ms_progress){"synth", wr->done, wr->total, ms_now() - wr->t0});
         }
     }
     rc = 0;
@@ -404,11 +416,12 @@ int ms_synth(const ms_synth_opts *o, ms_error *err)
     ms_rng_seed(&r, o->seed);
     ms_logger lg = {o->quiet ? NULL : o->log, o->log_user};
     double t0 = ms_now();
+    written wr = {o, 0, (int64_t)total, t0};
     for (int s = 0; s < n_sh; s++) {
         ms_logf(&lg, "synth: %s (%d tensors, %.2f GB)", sh[s].name, sh[s].count,
                 (double)sh[s].bytes / 1e9);
         if (write_shard(o->out_dir, &sh[s], b.specs, strcmp(fam->model_type, "gpt_oss") != 0,
-                        &r, buf, cap, err))
+                        &r, buf, cap, &wr, err))
             goto out;
     }
     if ((n_sh > 1 && write_index(o->out_dir, sh, n_sh, b.specs, total, err)) ||

@@ -247,6 +247,8 @@ def run(cmd, timeout):
         return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
     except subprocess.TimeoutExpired:
         return None, "", ""
+    except OSError as e:  # the binary itself could not be started
+        return -1, "", "cannot start %s: %s" % (cmd[0], e)
 
 
 def finite_file(path):
