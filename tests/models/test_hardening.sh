@@ -5,14 +5,7 @@
 # printing ids from non-finite logits; a FIFO or a device in place of any
 # file the engine or a command reads is refused at once, by name.
 set -u
-cd "$(dirname "$0")/../.."
-PY=/usr/bin/python3
-BIN=${MS_BIN:-./moestream}
-if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); trap 'rm -rf "$MS_TMP"' EXIT; fi
-W=$MS_TMP/hardening; rm -rf "$W"; mkdir -p "$W"
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+cd "$(dirname "$0")/../.." && . tests/init.sh hardening
 echo "1 2 3" >"$W/p.ids"
 
 $PY tools/tinyckpt/qwen3_moe.py --out "$W/q" >/dev/null 2>&1

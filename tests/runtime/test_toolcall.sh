@@ -9,14 +9,7 @@
 # parse to), optionally NAME.tools.json. The format is the name's prefix.
 # Then the format a model folder implies (family + its chat template).
 set -u
-cd "$(dirname "$0")/../.."
-PY=/usr/bin/python3
-BIN=${MS_BIN:-./moestream}
-if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); trap 'rm -rf "$MS_TMP"' EXIT; fi
-W=$MS_TMP/toolcall; rm -rf "$W"; mkdir -p "$W"
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+cd "$(dirname "$0")/../.." && . tests/init.sh toolcall
 D=tests/runtime/toolcalls
 
 for t in "$D"/*.txt; do
