@@ -34,9 +34,7 @@ static void choose_context(ms_engine *eng, const ms_engine_opts *o)
      * working memory and one layer's top-k experts, so the automatic plan
      * runs down to the smallest limit `inspect` states */
     uint64_t fixed = eng->dense_bytes - eng->embed_bytes + ms_mem_reserve(avail) +
-                     (m->experts ? (uint64_t)m->n_experts_used *
-                                       ms_expert_bytes_typical(m->experts)
-                                 : 0);
+                     ms_topk_bytes(m);
     if (avail && avail - (fixed < avail ? fixed : avail) < budget)
         budget = fixed < avail ? avail - fixed : 0; /* 0: the shortest context, then refused */
     int64_t ctx = o->ctx > 0 ? o->ctx : m->max_ctx;
@@ -149,6 +147,11 @@ static void pin_dense(ms_engine *eng)
                       &(ms_progress){"loading", (int64_t)total, (int64_t)total, ms_now() - t0});
 }
 
+uint64_t ms_topk_bytes(const ms_model *m)
+{
+    return m->experts ? (uint64_t)m->n_experts_used * ms_expert_bytes_typical(m->experts) : 0;
+}
+
 uint64_t ms_mem_reserve(uint64_t avail)
 {
     uint64_t r = (256ull << 20) + avail / 20, cap = avail / 8;
@@ -201,8 +204,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     /* what cannot fit is refused here, with the numbers, before anything
      * big is allocated (an OOM kill names nothing) */
     uint64_t resident = eng->dense_bytes - eng->embed_bytes;
-    uint64_t topk = m->experts ? (uint64_t)m->n_experts_used * ms_expert_bytes_typical(m->experts)
-                               : 0;
+    uint64_t topk = ms_topk_bytes(m);
     uint64_t fixed = kv + resident + reserve + topk;
     uint64_t span = choose_span(eng, o, avail, avail > fixed ? avail - fixed : 0);
     uint64_t kv_least = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * 256);

@@ -21,6 +21,9 @@
  * page cache: 256 MB and a 20th of what is available, at most an eighth of
  * it (at least 32 MB), so small limits still leave room for experts. */
 uint64_t ms_mem_reserve(uint64_t avail);
+/* Bytes of one layer's top-k experts (0 for a dense model): the least an
+ * expert cache must hold. */
+uint64_t ms_topk_bytes(const ms_model *m);
 /* The smallest memory limit that leaves `need` bytes beside its reserve. */
 uint64_t ms_mem_smallest(uint64_t need);
 

@@ -52,8 +52,7 @@ static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
      * its working memory (ms_mem_reserve) */
     int64_t ctx = m->max_ctx < 4096 ? m->max_ctx : 4096;
     uint64_t resident = b->bytes[MS_ROLE_DENSE], kv = (uint64_t)(half * ctx);
-    uint64_t topk = m->experts ? (uint64_t)m->n_experts_used * ms_expert_bytes_typical(m->experts)
-                               : 0;
+    uint64_t topk = ms_topk_bytes(m);
     uint64_t least = ms_mem_smallest(resident + kv + topk);
     fprintf(out, "smallest memory limit: %.0f MB (dense weights %.0f MB, KV cache of a "
             "%lld-token context in bf16 %.0f MB, one layer's top-%d experts %.0f MB, working "

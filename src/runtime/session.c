@@ -156,12 +156,12 @@ static int check_ids(const ms_session *s, const int32_t *ids, int64_t n, ms_err 
 /* The residual stream is checked at every layer; the last norm and the
  * lm_head can still make a logit NaN or Inf (a damaged weight), which must
  * stop the call rather than reach a sampler or a caller. */
-static int check_logits(const float *logits, int64_t rows, int64_t vocab, int64_t pos0,
+static int check_logits(const float *logits, int64_t rows, int64_t vocab, int batched,
                         ms_err *err)
 {
     for (int64_t r = 0; r < rows; r++)
         if (!ms_all_finite(logits + r * vocab, vocab)) {
-            if (pos0 < 0)
+            if (batched)
                 return ms_err_set(err, MS_E_FORMAT, "the logits of row %lld of the batched "
                                   "step are not finite (NaN or Inf): the checkpoint's final "
                                   "norm or lm_head weights give them", (long long)r);
@@ -213,7 +213,7 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
             .on_layer = report ? report_layer : NULL, .on_layer_ctx = &pp,
         };
         if (s->eng->family->forward(m, &f, err) ||
-            check_logits(f.logits, f.logits_all ? nb : f.logits ? 1 : 0, m->vocab, s->pos, err))
+            check_logits(f.logits, f.logits_all ? nb : f.logits ? 1 : 0, m->vocab, 0, err))
             return -1;
         memcpy(s->hist + s->pos, ids + off, sizeof *ids * (size_t)nb);
         s->pos += nb;
@@ -269,7 +269,7 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
                     .kvs = kvs, .pos0 = ss[0]->pos, .kv = ss[0]->kv, .scratch = &ss[0]->scratch,
                     .trace = ss[0]->trace, .timers = &ss[0]->timers,
                     .logits = logits, .logits_all = 1};
-        rc = eng->family->forward(m, &f, err) || check_logits(logits, n, m->vocab, -1, err)
+        rc = eng->family->forward(m, &f, err) || check_logits(logits, n, m->vocab, 1, err)
                  ? -1 : 0;
         double dt = ms_now() - t0;
         for (int i = 0; rc == 0 && i < n; i++) {

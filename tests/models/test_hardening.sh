@@ -12,8 +12,9 @@ $PY tools/tinyckpt/qwen3_moe.py --out "$W/q" >/dev/null 2>&1
 $PY tools/tinyckpt/deepseek_v3.py --out "$W/d" >/dev/null 2>&1
 $PY tools/tinyckpt/longcat_flash.py --out "$W/l" >/dev/null 2>&1
 $PY tools/tinyckpt/gpt_oss.py --out "$W/g" --preset tiny >/dev/null 2>&1
-edit() { # SRC DST KEY VALUE(JSON)
-  rm -rf "$2"; cp -r "$1" "$2"
+edit() { # SRC DST KEY VALUE(JSON): a copy whose config.json sets KEY, sharing the weights
+  rm -rf "$2"; mkdir -p "$2"; for f in "$1"/*; do ln -s "$f" "$2/"; done
+  rm "$2/config.json"; cp "$1/config.json" "$2/"
   $PY - "$2/config.json" "$3" "$4" <<'P'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -37,16 +38,6 @@ refused refuses_negative_rope_theta_mla "$W/l1" '"rope_theta" is -5'
 
 # every integer a family reads has a range: -1 is refused naming the key
 # (the tiny checkpoints carry each key as the releases do)
-edit_in() { # SRC DST KEY VALUE: like edit, in a copy that shares the weights
-  rm -rf "$2"; mkdir -p "$2"; for f in "$1"/*; do ln -s "$f" "$2/"; done
-  rm "$2/config.json"; cp "$1/config.json" "$2/"
-  $PY - "$2/config.json" "$3" "$4" <<'P'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c[sys.argv[2]] = json.loads(sys.argv[3])
-json.dump(c, open(sys.argv[1], "w"))
-P
-}
 for cfg in "g num_hidden_layers hidden_size num_attention_heads num_key_value_heads head_dim intermediate_size vocab_size num_local_experts sliding_window max_position_embeddings" \
            "q num_hidden_layers hidden_size num_attention_heads num_key_value_heads head_dim moe_intermediate_size intermediate_size vocab_size num_experts num_experts_per_tok decoder_sparse_step max_position_embeddings" \
            "d num_hidden_layers hidden_size num_attention_heads q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim v_head_dim vocab_size intermediate_size moe_intermediate_size n_routed_experts n_shared_experts num_experts_per_tok n_group topk_group first_k_dense_replace num_nextn_predict_layers moe_layer_freq max_position_embeddings" \
@@ -54,7 +45,7 @@ for cfg in "g num_hidden_layers hidden_size num_attention_heads num_key_value_he
   set -- $cfg; d=$1; shift
   bad=""
   for key in "$@"; do
-    edit_in "$W/$d" "$W/${d}r" "$key" -1
+    edit "$W/$d" "$W/${d}r" "$key" -1
     out=$("$BIN" inspect "$W/${d}r" 2>&1) && bad="$bad $key(accepted)" && continue
     printf '%s' "$out" | grep -q "\"$key\" is -1" || bad="$bad $key($out)"
   done
@@ -63,7 +54,7 @@ for cfg in "g num_hidden_layers hidden_size num_attention_heads num_key_value_he
 done
 # relations between keys, named
 rel() { # NAME DIR KEY VALUE WANT
-  edit_in "$2" "$W/rel" "$3" "$4"
+  edit "$2" "$W/rel" "$3" "$4"
   out=$("$BIN" inspect "$W/rel" 2>&1)
   [ $? -ne 0 ] && printf '%s' "$out" | grep -q -- "$5" && pass "$1" || fail "$1" "$out"
 }
@@ -73,7 +64,7 @@ rel odd_rope_dim "$W/d" qk_rope_head_dim 15 '"qk_rope_head_dim" is 15, expected 
 rel topk_group_above_groups "$W/d" topk_group 99 '"topk_group" is 99, expected an integer in \[1,'
 rel dense_layers_above_layers "$W/d" first_k_dense_replace 99 '"first_k_dense_replace" is 99, expected an integer in \[0, 3\]'
 rel huge_hidden_size "$W/l" hidden_size 1099511627776 '"hidden_size" is 1099511627776, expected an integer in \[1, 16777216\]'
-edit_in "$W/g" "$W/rel" rope_scaling '{"rope_type": "yarn", "factor": -32, "original_max_position_embeddings": 256}'
+edit "$W/g" "$W/rel" rope_scaling '{"rope_type": "yarn", "factor": -32, "original_max_position_embeddings": 256}'
 out=$("$BIN" inspect "$W/rel" 2>&1)
 printf '%s' "$out" | grep -q '"factor" is -32, expected a finite number in (0, 10000\]' &&
   pass yarn_factor_has_a_range || fail yarn_factor_has_a_range "$out"

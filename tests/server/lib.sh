@@ -48,18 +48,7 @@ need_node_modules() {
 
 make_model() {
   local M=$1
-  $PY tools/tinyckpt/gpt_oss.py --out "$M" --preset tiny --seed 3 --vocab 201088 >/dev/null 2>&1 || return 1
-  cp "$TOK"/tokenizer*.json "$M"/
-  $PY - "$M" <<'P' || return 1
-import json, sys
-d = sys.argv[1]
-g = json.load(open(d + "/generation_config.json"))
-g.update(bos_token_id=199998, eos_token_id=[200002, 199999, 200012], pad_token_id=199999)
-json.dump(g, open(d + "/generation_config.json", "w"), indent=2)
-c = json.load(open(d + "/config.json"))
-c.update(eos_token_id=200002, pad_token_id=199999)
-json.dump(c, open(d + "/config.json", "w"), indent=2)
-P
+  tools/tinyckpt/with_gptoss_tokenizer.sh "$M" 3 || return 1
   $PY tests/server/model.py pad "$M"
 }
 

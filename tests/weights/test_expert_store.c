@@ -243,6 +243,23 @@ static void test_prefetch_respects_leases(void)
     unload(&ref);
 }
 
+/* The fixture loaded and its store started with o; 0, or -1 with the case
+ * failed. */
+static int load_started(loaded *l, const ms_expert_opts *o)
+{
+    ms_err err = {0};
+    if (load(fixture, l)) {
+        CHECK(0, "fixture not loadable");
+        return -1;
+    }
+    CHECK(ms_expert_store_start(l->m->experts, l->ck, o, &err) == 0, "start: %s", err.msg);
+    if (t_case_failed) {
+        unload(l);
+        return -1;
+    }
+    return 0;
+}
+
 /* Takes every expert of one batch and puts it back; the batch's rc. */
 static int drain(ms_expert_store *st, int layer, const int32_t *ids, int n, ms_err *err)
 {
@@ -262,14 +279,11 @@ static int drain(ms_expert_store *st, int layer, const int32_t *ids, int n, ms_e
 static void test_accounting(void)
 {
     loaded l;
-    if (load(fixture, &l)) {
-        CHECK(0, "fixture not loadable");
+    ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 8};
+    if (load_started(&l, &o))
         return;
-    }
     ms_err err = {0};
     ms_expert_store *st = l.m->experts;
-    ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 8};
-    CHECK(ms_expert_store_start(st, l.ck, &o, &err) == 0, "start: %s", err.msg);
     int64_t eb = (int64_t)ms_expert_bytes(st, 0, 0);
     int32_t a[2] = {0, 1}, b[2] = {2, 3}, c[1] = {4}, d[1] = {5};
     ms_expert_stats s;
@@ -310,14 +324,11 @@ static void test_accounting(void)
 static void test_accounting_pagecache(void)
 {
     loaded l;
-    if (load(fixture, &l)) {
-        CHECK(0, "fixture not loadable");
+    ms_expert_opts o = {.policy = MS_EXPERTS_PAGECACHE};
+    if (load_started(&l, &o))
         return;
-    }
     ms_err err = {0};
     ms_expert_store *st = l.m->experts;
-    ms_expert_opts o = {.policy = MS_EXPERTS_PAGECACHE};
-    CHECK(ms_expert_store_start(st, l.ck, &o, &err) == 0, "start: %s", err.msg);
     for (uint64_t i = 0; i < l.ck->files[0].size; i += 4096) /* make it resident */
         t_sink += l.ck->files[0].map[i];
     for (int f = 1; f < l.ck->n_files; f++)

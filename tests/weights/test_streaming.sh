@@ -20,6 +20,15 @@ check() {
   local out
   if out=$("$@" 2>&1); then pass "$name"; else fail "$name" "$(printf '%s' "$out" | tail -3 | tr '\n' ' ')"; fi
 }
+# same_logits NAME MODEL IDS REF ARGS...: logits with ARGS are REF's, bit for bit
+same_logits() {
+  local name=$1 m=$2 ids=$3 ref=$4; shift 4
+  if "$BIN" logits "$m" --prompt-ids "$ids" --out "$W/x.f32" "$@" 2>"$W/err"; then
+    check "$name" cmp "$W/x.f32" "$ref"
+  else
+    fail "$name" "$(tail -2 "$W/err" | tr '\n' ' ')"
+  fi
+}
 
 for cfg in "gpt_oss tiny 3" "gpt_oss tiny2 4"; do
   set -- $cfg; fam=$1; preset=$2; seed=$3
@@ -40,11 +49,7 @@ for cfg in "gpt_oss tiny 3" "gpt_oss tiny2 4"; do
            "cache_large --experts cache --ram 64M --feed 2" \
            "pagecache_noprefetch --experts pagecache --no-prefetch --feed 1"; do
     set -- $v; name=$1; shift
-    if "$BIN" logits "$C" --prompt-ids "$W/p.ids" --out "$W/x.f32" "$@" 2>"$W/err"; then
-      check ${preset}_${name}_bit_identical cmp "$W/x.f32" "$W/ref.f32"
-    else
-      fail ${preset}_${name}_bit_identical "$(tail -2 "$W/err" | tr '\n' ' ')"
-    fi
+    same_logits ${preset}_${name}_bit_identical "$C" "$W/p.ids" "$W/ref.f32" "$@"
   done
   # greedy decode through a forced-eviction cache with prefetch == page cache
   "$BIN" run "$C" --prompt-ids "$W/p.ids" -n 24 --temp 0 --ids --ignore-eos --experts pagecache >"$W/g1" 2>/dev/null
@@ -85,11 +90,7 @@ for cfg in "gpt_oss tiny 5" "qwen3_moe tiny2 6" "deepseek_v3 tiny 7" "longcat_fl
            "cache_of_one_layer --experts cache --cache-slots $E" \
            "cache_of_one_layer_blocks --experts cache --cache-slots $E --prefill-span 256"; do
     set -- $v; name=$1; shift
-    if "$BIN" logits "$C" --prompt-ids "$W/p700.ids" --out "$W/span_x.f32" "$@" 2>"$W/err"; then
-      check ${fam}_span_${name}_equals_token_by_token cmp "$W/span_x.f32" "$W/span_ref.f32"
-    else
-      fail ${fam}_span_${name}_equals_token_by_token "$(tail -2 "$W/err" | tr '\n' ' ')"
-    fi
+    same_logits ${fam}_span_${name}_equals_token_by_token "$C" "$W/p700.ids" "$W/span_ref.f32" "$@"
   done
   [ "$fam" = longcat_flash ] && continue # its ScMoE loop runs blocks (max_batch per call)
   "$BIN" logits "$C" --prompt-ids "$W/p700.ids" --out "$W/span_x.f32" --experts cache \
@@ -110,9 +111,7 @@ awk 'BEGIN { for (i = 0; i < 4000; i++) printf "%d ", (i * 53 + 7) % 200; print 
 "$BIN" logits "$C" --prompt-ids "$W/p4000.ids" --out "$W/span_ref.f32" --feed 1 2>/dev/null
 for v in "whole_prompt" "blocks_of_256 --prefill-span 256" "cache_of_one_layer --experts cache --cache-slots 6"; do
   set -- $v; name=$1; shift
-  "$BIN" logits "$C" --prompt-ids "$W/p4000.ids" --out "$W/span_x.f32" "$@" 2>"$W/err" &&
-    cmp -s "$W/span_x.f32" "$W/span_ref.f32" && pass gpt_oss_span4000_${name}_equals_token_by_token ||
-    fail gpt_oss_span4000_${name}_equals_token_by_token "$(tail -2 "$W/err" | tr '\n' ' ')"
+  same_logits gpt_oss_span4000_${name}_equals_token_by_token "$C" "$W/p4000.ids" "$W/span_ref.f32" "$@"
 done
 
 # synth: a config from the released set, tiny dimensions, passes L0 and runs
