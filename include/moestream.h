@@ -216,6 +216,19 @@ typedef struct ms_expert_info {
 } ms_expert_info;
 int ms_engine_expert_info(const ms_engine *eng, ms_expert_info *out);
 
+/* What the engine would choose if it opened with `mem` bytes available (a
+ * memory limit or the machine's free memory), its context and options
+ * (--experts, --prefill-span) otherwise as now: where the experts go and
+ * the expert cache's budget. */
+typedef struct ms_mem_plan {
+    int placement;            /* MS_PLACE_PAGECACHE or MS_PLACE_CACHE */
+    int fits;                 /* 0: the engine would refuse to open */
+    uint64_t fixed_bytes;     /* dense weights, KV cache, reserve, prefill buffers */
+    uint64_t cache_bytes;     /* the expert cache's budget (MS_PLACE_CACHE) */
+    int64_t cache_slots;      /* experts it holds */
+} ms_mem_plan;
+int ms_engine_mem_plan(const ms_engine *eng, uint64_t mem, ms_mem_plan *out);
+
 /* Disk bandwidth (bytes/s) reading n whole experts, `depth` at a time, with
  * O_DIRECT where the filesystem allows it. The cache is not touched. */
 int ms_engine_disk_probe(const ms_engine *eng, int n, int depth, double *bytes_per_s,
@@ -299,6 +312,10 @@ typedef struct ms_replay_result {
 } ms_replay_result;
 int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_result *out,
               ms_error *err);
+/* The same counting only the requests after the first `skip`, which warm
+ * the cache (a prompt's, before the decode that is judged). */
+int ms_replay_after(const char *trace_path, int64_t skip, int64_t slots, int64_t ram,
+                    ms_replay_result *out, ms_error *err);
 
 /* Reads a whole regular file of at most max bytes into *buf (malloc'd,
  * NUL-terminated; *len bytes, len may be NULL). Anything else (a FIFO, a
@@ -309,6 +326,11 @@ int ms_read_file(const char *path, size_t max, char **buf, size_t *len, ms_error
  * text, ids, a schema, a template): a pipe is read to its end too (process
  * substitution, a FIFO), bounded by max; devices and folders are refused. */
 int ms_read_input(const char *path, size_t max, char **buf, size_t *len, ms_error *err);
+
+/* Parses a size as users write it: "6G", "512M", "1.5G", "4096" (bytes;
+ * K, M, G, T are powers of 1024, an optional "iB" or "B" after); -1 when
+ * malformed. */
+int64_t ms_parse_size(const char *s);
 
 /* Turns SIGBUS on a mapped shard (a file truncated or unreadable while the
  * model runs) into a one-line error naming the shard, offset and tensor,

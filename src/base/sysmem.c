@@ -1,5 +1,6 @@
 /* Memory available to the process, cgroup-aware. */
 #include "base/sysmem.h"
+#include "moestream.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,6 @@
  * tighter (so `memlimit 6G` is seen as 6G). 0 when unknown. */
 uint64_t ms_mem_available(void);
 
-/* Parses "6G", "512M", "1.5G", "4096" (bytes); -1 on a malformed size. */
-int64_t ms_parse_size(const char *s);
+/* ms_parse_size (a size as users write it) is declared in moestream.h. */
 
 #endif

@@ -174,23 +174,74 @@ uint64_t ms_mem_smallest(uint64_t need)
  * takes beyond a block's scratch. Each layer's experts are read
  * once per span, so under a memory limit a prompt of up to that many tokens
  * reads each expert it routes to once. */
-static uint64_t choose_span(ms_engine *eng, const ms_engine_opts *o, uint64_t avail,
-                            uint64_t left)
+static int64_t choose_span(const ms_engine *eng, int64_t span_opt, uint64_t avail,
+                           uint64_t left)
 {
-    ms_model *m = eng->model;
+    const ms_model *m = eng->model;
     int64_t B = m->max_batch, span = B;
     if (m->span_row_bytes > 0) {
         uint64_t budget = avail ? avail / 32 : 1ull << 30;
         budget = avail && left / 2 < budget ? left / 2 : budget; /* half of what is left */
-        span = o->span > 0 ? o->span : (int64_t)(budget / (uint64_t)m->span_row_bytes);
+        span = span_opt > 0 ? span_opt : (int64_t)(budget / (uint64_t)m->span_row_bytes);
         int64_t ctx = (eng->default_ctx + B - 1) / B * B;
         span = span > ctx ? ctx : span;
         span = span > MS_MAX_SPAN ? MS_MAX_SPAN : span;
-        span = o->span > 0 ? span : span / B * B;
+        span = span_opt > 0 ? span : span / B * B;
         span = span < 1 ? 1 : span;
     }
-    m->max_span = (int)span;
-    return span > B ? (uint64_t)((span - B) * m->span_row_bytes) : 0;
+    return span;
+}
+
+/* The memory arithmetic of an engine with `avail` bytes available: what
+ * is fixed (dense weights, a session's KV cache, the reserve, one layer's
+ * top-k experts, the span buffers), where the experts go and the expert
+ * cache's budget. Shared by the placement and by ms_engine_mem_plan. */
+typedef struct mem_plan {
+    uint64_t kv, resident, reserve, topk, span_bytes, budget;
+    int64_t span;
+    int place;   /* MS_PLACE_PAGECACHE or MS_PLACE_CACHE */
+} mem_plan;
+
+static void plan_memory(const ms_engine *eng, int placement, int64_t ram, int slots,
+                        int64_t span_opt, uint64_t avail, mem_plan *p)
+{
+    const ms_model *m = eng->model;
+    p->kv = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * eng->default_ctx);
+    p->reserve = ms_mem_reserve(avail);
+    p->resident = eng->dense_bytes - eng->embed_bytes;
+    p->topk = ms_topk_bytes(m);
+    uint64_t fixed = p->kv + p->resident + p->reserve + p->topk;
+    p->span = choose_span(eng, span_opt, avail, avail > fixed ? avail - fixed : 0);
+    int64_t B = m->max_batch;
+    p->span_bytes = p->span > B ? (uint64_t)((p->span - B) * m->span_row_bytes) : 0;
+    uint64_t experts = m->experts ? ms_expert_total_bytes(m->experts) : 0;
+    p->place = placement;
+    if (p->place == MS_PLACE_AUTO)
+        p->place = ram > 0 || slots > 0 ? MS_PLACE_CACHE
+                 : !avail || eng->dense_bytes + experts + p->kv + p->span_bytes + p->reserve < avail
+                     ? MS_PLACE_PAGECACHE
+                     : MS_PLACE_CACHE;
+    uint64_t used = p->resident + p->kv + p->reserve + p->span_bytes;
+    p->budget = ram > 0 ? (uint64_t)ram : avail > used ? avail - used : 0;
+}
+
+int ms_engine_mem_plan(const ms_engine *eng, uint64_t mem, ms_mem_plan *out)
+{
+    mem_plan p;
+    plan_memory(eng, eng->placement_opt, 0, 0, eng->span_opt, mem, &p);
+    memset(out, 0, sizeof *out);
+    out->fixed_bytes = p.resident + p.kv + p.reserve + p.span_bytes;
+    out->placement = p.place;
+    if (p.place == MS_PLACE_CACHE && eng->model->experts) {
+        uint64_t slot = ms_expert_slot_size(eng->model->experts);
+        out->cache_bytes = p.budget;
+        out->cache_slots = slot ? (int64_t)(p.budget / slot) : 0;
+    }
+    /* the least the placement accepts: one layer's top-k experts held */
+    out->fits = p.resident + p.kv + p.reserve + p.topk + p.span_bytes <= mem &&
+                (p.place == MS_PLACE_PAGECACHE ||
+                 out->cache_slots >= eng->model->n_experts_used);
+    return 0;
 }
 
 /* Chooses where experts live: the page cache when the whole model fits in
@@ -199,14 +250,16 @@ static uint64_t choose_span(ms_engine *eng, const ms_engine_opts *o, uint64_t av
 static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
 {
     ms_model *m = eng->model;
-    uint64_t kv = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * eng->default_ctx);
-    uint64_t avail = ms_mem_available(), reserve = ms_mem_reserve(avail);
+    uint64_t avail = ms_mem_available();
+    mem_plan p;
+    eng->span_opt = o->span;
+    eng->placement_opt = o->placement;
+    plan_memory(eng, o->placement, o->ram, o->cache_slots, o->span, avail, &p);
+    m->max_span = (int)p.span;
+    uint64_t kv = p.kv, reserve = p.reserve, resident = p.resident, topk = p.topk;
+    uint64_t fixed = kv + resident + reserve + topk, span = p.span_bytes;
     /* what cannot fit is refused here, with the numbers, before anything
      * big is allocated (an OOM kill names nothing) */
-    uint64_t resident = eng->dense_bytes - eng->embed_bytes;
-    uint64_t topk = ms_topk_bytes(m);
-    uint64_t fixed = kv + resident + reserve + topk;
-    uint64_t span = choose_span(eng, o, avail, avail > fixed ? avail - fixed : 0);
     uint64_t kv_least = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * 256);
     if (avail && kv + resident + reserve > avail && kv_least + resident + reserve + topk < avail)
         return ms_err_set(err, MS_E_NOMEM, "a context of %lld tokens needs %.2f GB of KV cache "
@@ -232,18 +285,11 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     if (!m->experts)
         return 0;
     uint64_t experts = ms_expert_total_bytes(m->experts);
-    int place = o->placement;
-    if (place == MS_PLACE_AUTO)
-        place = o->ram > 0 || o->cache_slots > 0 ? MS_PLACE_CACHE
-              : !avail || eng->dense_bytes + experts + kv + span + reserve < avail
-                  ? MS_PLACE_PAGECACHE
-                  : MS_PLACE_CACHE;
     ms_expert_opts eo = {.policy = MS_EXPERTS_PAGECACHE, .io_threads = o->io_threads,
                          .buffered = o->buffered, .log = eng->log};
-    if (place == MS_PLACE_CACHE) {
-        uint64_t used = eng->dense_bytes - eng->embed_bytes + kv + reserve + span;
+    if (p.place == MS_PLACE_CACHE) {
         eo.policy = MS_EXPERTS_CACHE;
-        eo.budget = o->ram > 0 ? (uint64_t)o->ram : avail > used ? avail - used : 0;
+        eo.budget = p.budget;
         eo.slots = o->cache_slots;
         eo.read_depth = o->reads;
         pin_dense(eng);

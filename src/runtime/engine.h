@@ -34,6 +34,8 @@ struct ms_engine {
     ms_model_info info;
     int32_t stop_ids[MS_MAX_STOP];
     int64_t default_ctx;
+    int64_t span_opt;        /* --prefill-span as given (0: sized from memory) */
+    int placement_opt;       /* --experts as given (enum ms_placement) */
     ms_kvfmt kv_fmt;         /* sessions' default KV cache format */
     int n_threads;
     uint64_t dense_bytes;    /* resident weights, embeddings included */

@@ -125,6 +125,19 @@ int ms_expert_store_slots(const ms_expert_store *st)
     return st->n_slots;
 }
 
+uint64_t ms_expert_slot_size(const ms_expert_store *st)
+{
+    ms_expert_seg segs[MS_EXPERT_MAX_SEGS];
+    int ns;
+    uint64_t slot_bytes = 0;
+    for (int l = 0; l < st->n_layers; l++)
+        for (int e = 0; e < st->n_experts; e++) {
+            uint64_t b = ms_expert_plan(st, l, e, segs, &ns);
+            slot_bytes = b > slot_bytes ? b : slot_bytes;
+        }
+    return slot_bytes;
+}
+
 uint64_t ms_expert_store_slot_bytes(const ms_expert_store *st)
 {
     return st->slot_bytes;

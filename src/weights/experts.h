@@ -141,5 +141,8 @@ const char *ms_expert_store_describe(const ms_expert_store *st);
 void ms_expert_store_stats(const ms_expert_store *st, ms_expert_stats *out);
 int ms_expert_store_slots(const ms_expert_store *st);
 uint64_t ms_expert_store_slot_bytes(const ms_expert_store *st);
+/* The bytes of a cache slot (the largest expert's aligned read), whatever
+ * the policy. */
+uint64_t ms_expert_slot_size(const ms_expert_store *st);
 
 #endif

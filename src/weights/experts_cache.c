@@ -481,14 +481,7 @@ static void register_slots(ms_expert_store *st)
 
 int ms_expert_cache_start(ms_expert_store *st, const ms_expert_opts *o, ms_err *err)
 {
-    ms_expert_seg segs[MS_EXPERT_MAX_SEGS];
-    int ns;
-    uint64_t slot_bytes = 0;
-    for (int l = 0; l < st->n_layers; l++)
-        for (int e = 0; e < st->n_experts; e++) {
-            uint64_t b = ms_expert_plan(st, l, e, segs, &ns);
-            slot_bytes = b > slot_bytes ? b : slot_bytes;
-        }
+    uint64_t slot_bytes = ms_expert_slot_size(st);
     if (!slot_bytes)
         return ms_err_set(err, MS_E_ARG, "expert store: no expert bytes registered");
     uint64_t max_slots = (uint64_t)st->n_layers * (uint64_t)st->n_experts;

@@ -15,6 +15,7 @@ typedef struct trace {
     int n_keys, n_layers, n_experts;
     uint64_t slot_bytes;
     int64_t slots;          /* the cache size the engine ran with (header) */
+    int64_t skip;           /* requests that only warm the cache: not counted */
 } trace;
 
 static int push(trace *t, int32_t key, int32_t batch)
@@ -107,7 +108,7 @@ static int64_t engine_hits(const trace *t, int64_t slots, int64_t *cached, int n
         for (int64_t q = i; q < j; q++)
             if (cached[t->key[q]] >= 0) {
                 cached[t->key[q]] = 1;
-                hits++;
+                hits += q >= t->skip;
             }
         for (int64_t q = i; q < j; q++) {
             int32_t k = t->key[q];
@@ -148,7 +149,7 @@ static int64_t lru_hits(const trace *t, int64_t slots, int64_t *stamp)
     for (int64_t i = 0; i < t->n; i++) {
         int32_t k = t->key[i];
         if (stamp[k] >= 0) {
-            hits++;
+            hits += i >= t->skip;
         } else if (used < slots) {
             used++;
         } else {
@@ -180,7 +181,7 @@ static int64_t opt_hits(const trace *t, int64_t slots, int64_t *next_use, int64_
     for (int64_t i = 0; i < t->n; i++) {
         int32_t k = t->key[i];
         if (cached[k] >= 0) {
-            hits++;
+            hits += i >= t->skip;
         } else if (used < slots) {
             used++;
         } else {
@@ -198,11 +199,26 @@ static int64_t opt_hits(const trace *t, int64_t slots, int64_t *next_use, int64_
 int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_result *out,
               ms_error *err)
 {
+    return ms_replay_after(trace_path, 0, slots, ram, out, err);
+}
+
+int ms_replay_after(const char *trace_path, int64_t skip, int64_t slots, int64_t ram,
+                    ms_replay_result *out, ms_error *err)
+{
     trace t = {0};
     memset(out, 0, sizeof *out);
     int rc = load(trace_path, &t, err);
-    if (rc == 0 && slots <= 0 && ram <= 0)
+    if (rc == 0 && (skip < 0 || skip >= t.n))
+        rc = ms_err_set(err, MS_E_ARG, "replay: %s has %lld requests, none after the first %lld",
+                        trace_path, (long long)t.n, (long long)skip);
+    t.skip = skip;
+    if (rc == 0 && slots <= 0 && ram <= 0) {
         slots = t.slots; /* the budget the engine itself ran with */
+        if (slots <= 0)
+            rc = ms_err_set(err, MS_E_ARG, "replay: %s was recorded with the experts in the "
+                            "page cache, which has no cache budget: give one (--ram SIZE or "
+                            "--slots N)", trace_path);
+    }
     if (rc == 0 && slots <= 0)
         slots = t.slot_bytes ? (int64_t)((uint64_t)ram / t.slot_bytes) : 0;
     if (rc == 0 && slots <= 0)
@@ -218,16 +234,17 @@ int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_resu
     if (rc == 0) {
         for (int32_t j = 0; j < t.n_keys; j++)
             b[j] = -1;
-        out->requests = t.n;
+        double counted = (double)(t.n - skip);
+        out->requests = t.n - skip;
         out->slots = slots;
-        out->lru_hit = t.n ? (double)lru_hits(&t, slots, b) / (double)t.n : 0;
+        out->lru_hit = (double)lru_hits(&t, slots, b) / counted;
         for (int32_t j = 0; j < t.n_keys; j++)
             b[j] = -1;
         int64_t eh = engine_hits(&t, slots, b, t.n_layers, t.n_experts);
         if (eh < 0)
             rc = ms_err_set(err, MS_E_NOMEM, "out of memory replaying %s", trace_path);
-        out->engine_hit = t.n ? (double)eh / (double)t.n : 0;
-        out->opt_hit = t.n ? (double)opt_hits(&t, slots, a, b) / (double)t.n : 0;
+        out->engine_hit = (double)eh / counted;
+        out->opt_hit = (double)opt_hits(&t, slots, a, b) / counted;
     }
     free(a);
     free(b);
