@@ -14,7 +14,7 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -D_GNU_SOURCE -fno-fast-math \
            -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
 LDFLAGS := $(SAN)
-LDLIBS  := -ljansson -luring -lpcre2-8 -lmicrohttpd -lmvec -lm -lpthread
+LDLIBS  := -ljansson -luring -lpcre2-8 -lmicrohttpd -ledit -lmvec -lm -lpthread
 
 # Per-file ISA flags: only these files may contain intrinsics.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -32,7 +32,7 @@ BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
 LIB      := $(BUILD)/libmoestream.a
 BIN      ?= moestream
 
-.PHONY: all test tests bench asan check demo clean
+.PHONY: all test tests bench asan check demo man install clean
 all: $(BIN)
 
 $(BUILD)/src/kernels/x86_avx2.o: CFLAGS += $(AVX2_FLAGS)
@@ -111,6 +111,16 @@ demo: $(BIN)
 	    ./$(BIN) run $(BUILD)/demo-text -p "What is the capital of France?" -n 48 --temp 0.8 --seed 1 --stats; \
 	else echo; echo "demo: tools/setup-node.sh installs the released gpt-oss tokenizer; then make demo"; \
 	    echo "demo: also answers a text prompt"; fi
+
+# The manual page, made from the option table (moestream help --man).
+man: $(BUILD)/moestream.1
+$(BUILD)/moestream.1: $(BIN)
+	./$(BIN) help --man > $@
+
+PREFIX ?= /usr/local
+install: $(BIN) $(BUILD)/moestream.1
+	install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/moestream
+	install -D -m 644 $(BUILD)/moestream.1 $(DESTDIR)$(PREFIX)/share/man/man1/moestream.1
 
 clean:
 	rm -rf build build-asan $(BIN)

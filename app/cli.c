@@ -22,7 +22,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (see `moestream help`)\n");
+    fprintf(stderr, " (moestream %s --help lists the options)\n", cmd);
     return 2;
 }
 
@@ -69,18 +69,6 @@ static void print_progress(void *user, const ms_progress *p)
 ms_progress_fn cli_progress(int force)
 {
     return force || isatty(2) ? print_progress : NULL;
-}
-
-const char *cli_value(int argc, char **argv, int *i, const char *name, int *missing)
-{
-    if (strcmp(argv[*i], name) != 0)
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    *i += 1;
-    return argv[*i];
 }
 
 int cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
@@ -186,28 +174,6 @@ int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err)
     return rc;
 }
 
-int cli_parse_kv(const char *cmd, const char *v, int *kv)
-{
-    static const char *const names[] = {"f32", "bf16", "fp8"};
-    for (int f = 0; f < 3; f++)
-        if (!strcmp(v, names[f])) {
-            *kv = MS_KVCACHE_F32 + f;
-            return 0;
-        }
-    return cli_usage_error(cmd, "--kv expects f32, bf16 or fp8, got \"%s\"", v);
-}
-
-int cli_parse_precision(const char *cmd, const char *v, int *precision)
-{
-    if (!strcmp(v, "exact"))
-        *precision = MS_PRECISION_EXACT;
-    else if (!strcmp(v, "fast"))
-        *precision = MS_PRECISION_FAST;
-    else
-        return cli_usage_error(cmd, "--precision expects exact or fast, got \"%s\"", v);
-    return 0;
-}
-
 /* The messages as an OpenAI request body; an answer's reasoning goes under
  * both names templates read it by (reasoning_content: Qwen3, DeepSeek;
  * thinking: gpt-oss). */
@@ -258,11 +224,32 @@ int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int think
     return rc;
 }
 
-int cli_parse_placement(const char *cmd, const char *v, int *placement)
+
+void cli_synthetic_prompt(int32_t *ids, int64_t n, int32_t vocab)
 {
-    if (!strcmp(v, "auto")) *placement = MS_PLACE_AUTO;
-    else if (!strcmp(v, "pagecache")) *placement = MS_PLACE_PAGECACHE;
-    else if (!strcmp(v, "cache")) *placement = MS_PLACE_CACHE;
-    else return cli_usage_error(cmd, "--experts expects auto, pagecache or cache, got \"%s\"", v);
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)(vocab > 256 ? vocab - 256 : vocab));
+    }
+}
+
+int cli_buf_add(cli_buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
     return 0;
 }

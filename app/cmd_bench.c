@@ -9,78 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/sysmem.h"
 #include "cli.h"
-
-typedef struct bench_opts {
-    const char *model, *trace;
-    int64_t prompt, n, threads, ctx, ram, io_threads, cache_slots, disk, reads, context,
-        span, early;
-    int placement, no_prefetch, buffered, floor, precision, kv;
-} bench_opts;
-
-static int parse(int argc, char **argv, bench_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->prompt = 64;
-    o->n = 32;
-    for (int i = 1; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        struct { const char *name; int64_t *dst, lo, hi; } nums[] = {
-            {"--prompt", &o->prompt, 1, 1 << 20}, {"-n", &o->n, 1, 1 << 20},
-            {"--threads", &o->threads, 1, 64},    {"--ctx", &o->ctx, 1, INT64_C(1) << 40},
-            {"--io-threads", &o->io_threads, 1, 256},
-            {"--cache-slots", &o->cache_slots, 1, INT32_MAX}, {"--disk", &o->disk, 1, 100000},
-            {"--reads", &o->reads, 1, 1024},     {"--context", &o->context, 0, INT64_C(1) << 30},
-            {"--prefill-span", &o->span, 1, 1 << 20}, {"--prefetch-early", &o->early, 0, 64},
-        };
-        int done = 0;
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++)
-            if ((v = cli_value(argc, argv, &i, nums[k].name, &miss))) {
-                if (cli_parse_i64(v, nums[k].lo, nums[k].hi, nums[k].dst))
-                    return cli_usage_error("bench", "%s expects an integer, got \"%s\"",
-                                           nums[k].name, v);
-                done = 1;
-            }
-        if (done)
-            continue;
-        if ((v = cli_value(argc, argv, &i, "--trace", &miss))) o->trace = v;
-        else if ((v = cli_value(argc, argv, &i, "--precision", &miss))) {
-            if (cli_parse_precision("bench", v, &o->precision))
-                return 2;
-        } else if ((v = cli_value(argc, argv, &i, "--kv", &miss))) {
-            if (cli_parse_kv("bench", v, &o->kv))
-                return 2;
-        }
-        else if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
-            if ((o->ram = ms_parse_size(v)) <= 0)
-                return cli_usage_error("bench", "--ram expects a size like 6G");
-        } else if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
-            if (cli_parse_placement("bench", v, &o->placement))
-                return 2;
-        } else if (miss) return cli_usage_error("bench", "%s needs a value", argv[i]);
-        else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
-        else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
-        else if (!strcmp(argv[i], "--floor")) o->floor = 1;
-        else if (argv[i][0] == '-') return cli_usage_error("bench", "unknown option %s", argv[i]);
-        else if (!o->model) o->model = argv[i];
-        else return cli_usage_error("bench", "unexpected argument \"%s\"", argv[i]);
-    }
-    return o->model ? 0 : cli_usage_error("bench", "missing MODEL_DIR");
-}
-
-/* Pseudo-random prompt ids below the vocabulary (fixed, so runs compare). */
-static void make_prompt(int32_t *ids, int64_t n, int32_t vocab)
-{
-    uint64_t x = 88172645463325252ull;
-    for (int64_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        ids[i] = (int32_t)(x % (uint64_t)(vocab > 256 ? vocab - 256 : vocab));
-    }
-}
 
 static void row(const char *what, const char *value)
 {
@@ -90,7 +19,7 @@ static void row(const char *what, const char *value)
 /* Read-stream bandwidth (GB/s) with the engine's threads, folded into
  * *best: two rounds over 256 MiB, taken between the phases it judges (the
  * machine's bandwidth swings from minute to minute). */
-static int sample_floor(const bench_opts *o, int threads, double *best, double *copy,
+static int sample_floor(const cli_args *o, int threads, double *best, double *copy,
                         ms_error *err)
 {
     double r, c;
@@ -146,21 +75,15 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o;
-    int rc = parse(argc, argv, &o);
+    cli_args o;
+    int rc = cli_parse(CMD_BENCH, argc, argv, &o);
     if (rc)
-        return rc;
+        return cli_exit(rc);
     ms_error err = {0};
-    ms_engine_opts eo = {.n_threads = (int)o.threads,
-                         .ctx = o.ctx ? o.ctx : o.context + o.prompt + o.n + 1,
-                         .placement = o.placement,
-                         .ram = o.ram, .io_threads = (int)o.io_threads,
-                         .cache_slots = (int)o.cache_slots, .reads = (int)o.reads,
-                         .span = (int)o.span, .prefetch_early = (int)o.early,
-                         .no_prefetch = o.no_prefetch,
-                         .buffered = o.buffered, .trace_path = o.trace,
-                         .precision = o.precision, .kv_format = o.kv, .log = cli_log,
-                         .progress = cli_progress(0)};
+    int64_t prompt = o.bench_prompt, n = o.n_predict;
+    if (!o.ctx)
+        o.ctx = o.context + prompt + n + 1;
+    ms_engine_opts eo = cli_engine_opts(&o);
     ms_engine *eng = NULL;
     ms_session *s = NULL;
     int32_t *ids = NULL;
@@ -168,12 +91,12 @@ int cmd_bench(int argc, char **argv)
     if (ms_engine_open(o.model, &eo, &eng, &err))
         goto out;
     const ms_model_info *info = ms_engine_info(eng);
-    ms_session_opts so = {.ctx = o.ctx ? o.ctx : o.context + o.prompt + o.n + 1};
-    ids = malloc(sizeof *ids * (size_t)(o.prompt + o.n));
+    ms_session_opts so = {.ctx = o.ctx};
+    ids = malloc(sizeof *ids * (size_t)(prompt + n));
     if (!ids || ms_session_open(eng, &so, &s, &err) ||
         ms_session_fill_synthetic(s, o.context, 1, &err))
         goto out;
-    make_prompt(ids, o.prompt, info->vocab_size);
+    cli_synthetic_prompt(ids, prompt, info->vocab_size);
     ms_stats s0, s1, s2;
     int threads = ms_engine_threads(eng);
     double bw = 0, bw_copy = 0;
@@ -181,13 +104,13 @@ int cmd_bench(int argc, char **argv)
         goto out;
     ms_session_stats(s, &s0);
     int64_t wb0 = ms_weight_bytes_read();
-    if (ms_session_eval(s, ids, o.prompt, NULL, &err))
+    if (ms_session_eval(s, ids, prompt, NULL, &err))
         goto out;
     ms_session_stats(s, &s1);
     int64_t wb1 = ms_weight_bytes_read();
     if (sample_floor(&o, threads, &bw, &bw_copy, &err))
         goto out;
-    for (int64_t i = 0; i < o.n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         const float *l = ms_session_logits(s);
         int32_t best = 0;
         for (int32_t v = 1; v < info->vocab_size; v++)
@@ -211,29 +134,29 @@ int cmd_bench(int argc, char **argv)
     snprintf(v, sizeof v, "%lld positions per pass over the layers",
              (long long)info->prefill_span);
     row("prefill span", v);
-    print_phase("prefill", o.prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
+    print_phase("prefill", prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
     double pkv = s1.t_attn_kv - s0.t_attn_kv, pt = s1.t_prefill - s0.t_prefill;
-    snprintf(v, sizeof v, "%.2f ms/token (%.0f%% of prefill)", 1e3 * pkv / (double)o.prompt,
+    snprintf(v, sizeof v, "%.2f ms/token (%.0f%% of prefill)", 1e3 * pkv / (double)prompt,
              pt > 0 ? 100 * pkv / pt : 0.0);
     row("  prefill: attention over the KV cache", v);
-    print_phase("decode", o.n, s2.t_decode - s1.t_decode, &s1, &s2);
+    print_phase("decode", n, s2.t_decode - s1.t_decode, &s1, &s2);
     double busy = s2.t_attn + s2.t_experts + s2.t_head + s2.t_other;
     snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,
              100 * s2.t_experts / busy, 100 * s2.t_head / busy);
     row("time split (all tokens)", v);
     if (o.floor) {
-        double per = (double)(wb2 - wb1) / (double)o.n, dec = (s2.t_decode - s1.t_decode) / o.n;
+        double per = (double)(wb2 - wb1) / (double)n, dec = (s2.t_decode - s1.t_decode) / n;
         snprintf(v, sizeof v, "%.1f GB/s (memcpy %.1f), %d thread%s", bw, bw_copy, threads,
                  threads == 1 ? "" : "s");
         row("memory read stream (best of 6)", v);
         snprintf(v, sizeof v, "%.1f MB/token (prefill %.1f)", per / 1e6,
-                 (double)(wb1 - wb0) / 1e6 / (double)o.prompt);
+                 (double)(wb1 - wb0) / 1e6 / (double)prompt);
         row("decode: weight bytes read", v);
         snprintf(v, sizeof v, "%.1f ms/token; decode %.2fx floor", 1e3 * per / (bw * 1e9),
                  dec / (per / (bw * 1e9)));
         row("decode floor (bytes / read stream)", v);
-        double kvb = (double)(s2.kv_bytes_read - s1.kv_bytes_read) / (double)o.n;
-        double kvt = (s2.t_attn_kv - s1.t_attn_kv) / (double)o.n;
+        double kvb = (double)(s2.kv_bytes_read - s1.kv_bytes_read) / (double)n;
+        double kvt = (s2.t_attn_kv - s1.t_attn_kv) / (double)n;
         snprintf(v, sizeof v, "%.2f ms/token, %.1f MB/token: %.2fx its floor", 1e3 * kvt,
                  kvb / 1e6, kvb > 0 ? kvt / (kvb / (bw * 1e9)) : 0.0);
         row("decode: attention over the KV cache", v);
@@ -246,7 +169,7 @@ int cmd_bench(int argc, char **argv)
         snprintf(v, sizeof v, "%.0f MB/s (%lld experts of %.1f MB, QD 4)", disk / 1e6,
                  (long long)o.disk, ei.expert_bytes / 1e6);
         row("disk read bandwidth", v);
-        double per = (double)(s2.bytes_read - s1.bytes_read) / (double)o.n;
+        double per = (double)(s2.bytes_read - s1.bytes_read) / (double)n;
         snprintf(v, sizeof v, "%.1f ms/token", 1e3 * per / disk);
         row("decode IO floor (bytes/token / disk)", v);
     }

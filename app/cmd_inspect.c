@@ -5,10 +5,12 @@
 
 int cmd_inspect(int argc, char **argv)
 {
-    if (argc != 2)
-        return cli_usage_error("inspect", "expected exactly one MODEL_DIR");
+    cli_args a;
+    int rc = cli_parse(CMD_INSPECT, argc, argv, &a);
+    if (rc)
+        return cli_exit(rc);
     ms_error err = {0};
-    if (ms_inspect(argv[1], stdout, &err)) {
+    if (ms_inspect(a.model, stdout, &err)) {
         fflush(stdout);
         return cli_fail(&err);
     }

@@ -47,20 +47,12 @@ static int folder_format(const char *dir, int *format, ms_error *err)
 
 int cmd_parse(int argc, char **argv)
 {
-    const char *dir = NULL, *fmt = NULL, *path = NULL, *tools_path = NULL;
-    int opens = 0, partial = 0;
-    for (int i = 1; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        if ((v = cli_value(argc, argv, &i, "--format", &miss))) fmt = v;
-        else if ((v = cli_value(argc, argv, &i, "--text-file", &miss))) path = v;
-        else if ((v = cli_value(argc, argv, &i, "--tools", &miss))) tools_path = v;
-        else if (miss) return cli_usage_error("parse", "%s needs a value", argv[i]);
-        else if (!strcmp(argv[i], "--opens-reasoning")) opens = 1;
-        else if (!strcmp(argv[i], "--partial")) partial = 1;
-        else if (argv[i][0] != '-' && !dir) dir = argv[i];
-        else return cli_usage_error("parse", "unexpected argument \"%s\"", argv[i]);
-    }
+    cli_args a;
+    int rc = cli_parse(CMD_PARSE, argc, argv, &a);
+    if (rc)
+        return cli_exit(rc);
+    const char *dir = a.model, *fmt = a.format, *path = a.prompt_file, *tools_path = a.tools;
+    int opens = a.opens_reasoning, partial = a.partial;
     if ((!dir == !fmt) || !path)
         return cli_usage_error("parse", "needs MODEL_DIR or --format NAME, and --text-file FILE");
     ms_error err = {0};
@@ -74,7 +66,6 @@ int cmd_parse(int argc, char **argv)
         fprintf(stderr, "moestream parse: %s tool-call format\n", ms_tool_format_name(format));
     size_t len = 0, tl = 0;
     char *text = slurp(path, &len, &err), *tools = NULL, *msg = NULL, *note = NULL;
-    int rc = 0;
     if (!text || (tools_path && !(tools = slurp(tools_path, &tl, &err))) ||
         ms_chat_parse(format, text, len, tools,
                       (opens ? MS_PARSE_OPENS_REASONING : 0) | (partial ? MS_PARSE_PARTIAL : 0),

@@ -75,36 +75,22 @@ static int read_text(const char *path, char **out, ms_error *err)
 
 /* render --family F --messages FILE: the built-in format of a family (the
  * fallback for folders without a chat template). */
-static int render_builtin(int argc, char **argv)
+static int render_builtin(const cli_args *a)
 {
-    const char *family = NULL, *path = NULL, *effort = NULL, *date = NULL;
-    ms_chat_opts o = {.add_generation_prompt = 1, .thinking = -1};
-    for (int i = 1; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        if ((v = cli_value(argc, argv, &i, "--family", &miss))) family = v;
-        else if ((v = cli_value(argc, argv, &i, "--messages", &miss))) path = v;
-        else if ((v = cli_value(argc, argv, &i, "--reasoning-effort", &miss))) effort = v;
-        else if ((v = cli_value(argc, argv, &i, "--date", &miss))) date = v;
-        else if ((v = cli_value(argc, argv, &i, "--thinking", &miss))) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return cli_usage_error("render", "--thinking expects on or off");
-            o.thinking = !strcmp(v, "on");
-        } else if (miss) return cli_usage_error("render", "%s needs a value", argv[i]);
-        else if (!strcmp(argv[i], "--no-generation-prompt")) o.add_generation_prompt = 0;
-        else return cli_usage_error("render", "unexpected argument \"%s\"", argv[i]);
-    }
-    if (!family || !path)
+    if (a->model || a->request || a->chat_template)
+        return cli_usage_error("render", "--family takes --messages FILE, not MODEL_DIR, "
+                               "--request or --chat-template-file");
+    if (!a->messages)
         return cli_usage_error("render", "needs --family MODEL_TYPE and --messages FILE");
-    o.reasoning_effort = effort;
-    o.date = date;
+    ms_chat_opts o = {.add_generation_prompt = !a->no_generation_prompt,
+                      .thinking = a->thinking, .reasoning_effort = a->effort, .date = a->date};
     ms_error err = {0};
     json_t *root = NULL;
     ms_chat_msg *msgs = NULL;
     char *text = NULL;
     int n = 0, rc = 0;
-    if (read_messages(path, &root, &msgs, &n, &err) ||
-        ms_chat_render(family, msgs, n, &o, &text, &err))
+    if (read_messages(a->messages, &root, &msgs, &n, &err) ||
+        ms_chat_render(a->family, msgs, n, &o, &text, &err))
         rc = cli_fail(&err);
     else
         fputs(text, stdout);
@@ -116,40 +102,29 @@ static int render_builtin(int argc, char **argv)
 
 int cmd_render(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--family"))
-            return render_builtin(argc, argv);
-    const char *dir = NULL, *file = NULL, *request = NULL, *date = NULL, *name = NULL;
-    ms_template_opts o = {.add_generation_prompt = 1, .thinking = -1};
-    for (int i = 1; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        if ((v = cli_value(argc, argv, &i, "--chat-template-file", &miss))) file = v;
-        else if ((v = cli_value(argc, argv, &i, "--request", &miss))) request = v;
-        else if ((v = cli_value(argc, argv, &i, "--bos-token", &miss))) o.bos_token = v;
-        else if ((v = cli_value(argc, argv, &i, "--eos-token", &miss))) o.eos_token = v;
-        else if ((v = cli_value(argc, argv, &i, "--date", &miss))) date = v;
-        else if ((v = cli_value(argc, argv, &i, "--template-name", &miss))) name = v;
-        else if ((v = cli_value(argc, argv, &i, "--reasoning-effort", &miss))) o.reasoning_effort = v;
-        else if ((v = cli_value(argc, argv, &i, "--thinking", &miss))) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return cli_usage_error("render", "--thinking expects on or off");
-            o.thinking = !strcmp(v, "on");
-        } else if (miss) return cli_usage_error("render", "%s needs a value", argv[i]);
-        else if (!strcmp(argv[i], "--no-generation-prompt")) o.add_generation_prompt = 0;
-        else if (argv[i][0] != '-' && !dir) dir = argv[i];
-        else return cli_usage_error("render", "unexpected argument \"%s\"", argv[i]);
-    }
-    if ((!dir && !file) || !request)
+    cli_args a;
+    int rc = cli_parse(CMD_RENDER, argc, argv, &a);
+    if (rc)
+        return cli_exit(rc);
+    if (a.family)
+        return render_builtin(&a);
+    const char *dir = a.model;
+    ms_template_opts o = {.add_generation_prompt = !a.no_generation_prompt,
+                          .thinking = a.thinking, .reasoning_effort = a.effort,
+                          .bos_token = a.bos_token, .eos_token = a.eos_token};
+    if ((!dir && !a.chat_template) || !a.request)
         return cli_usage_error("render", "needs MODEL_DIR or --chat-template-file FILE, and "
                                "--request FILE");
-    if (date && parse_date(date, &o.now))
-        return cli_usage_error("render", "--date expects YYYY-MM-DD, got \"%s\"", date);
+    if (a.messages)
+        return cli_usage_error("render", "--messages goes with --family; a template takes "
+                               "--request FILE");
+    if (a.date && parse_date(a.date, &o.now))
+        return cli_usage_error("render", "--date expects YYYY-MM-DD, got \"%s\"", a.date);
     ms_error err = {0};
     ms_chat_template *t = NULL;
     char *body = NULL, *text = NULL;
-    int rc = 0;
-    if (ms_chat_template_open(dir, file, name, &t, &err) || read_text(request, &body, &err)) {
+    if (ms_chat_template_open(dir, a.chat_template, a.template_name, &t, &err) ||
+        read_text(a.request, &body, &err)) {
         rc = cli_fail(&err);
     } else if (!t) {
         snprintf(err.msg, sizeof err.msg, "%s has no chat template (no chat_template.jinja, no "

@@ -2,32 +2,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/sysmem.h"
 #include "cli.h"
 
 int cmd_replay(int argc, char **argv)
 {
-    const char *path = NULL;
-    int64_t slots = 0, ram = 0;
-    for (int i = 1; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        if ((v = cli_value(argc, argv, &i, "--slots", &miss))) {
-            if (cli_parse_i64(v, 1, INT32_MAX, &slots))
-                return cli_usage_error("replay", "--slots expects a positive integer");
-        } else if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
-            if ((ram = ms_parse_size(v)) <= 0)
-                return cli_usage_error("replay", "--ram expects a size like 6G");
-        } else if (miss) {
-            return cli_usage_error("replay", "%s needs a value", argv[i]);
-        } else if (!path && argv[i][0] != '-') {
-            path = argv[i];
-        } else {
-            return cli_usage_error("replay", "unexpected argument \"%s\"", argv[i]);
-        }
-    }
-    if (!path)
-        return cli_usage_error("replay", "needs a TRACE file");
+    cli_args a;
+    int rc = cli_parse(CMD_REPLAY, argc, argv, &a);
+    if (rc)
+        return cli_exit(rc);
+    const char *path = a.model;
+    int64_t slots = a.slots, ram = a.ram;
     ms_error err = {0};
     ms_replay_result r;
     if (ms_replay(path, slots, ram, &r, &err))

@@ -54,7 +54,7 @@ static void on_text(void *ctx, int chan, const char *s, size_t n)
 
 /* The prompt as ids: read from --prompt-ids, or text rendered with the chat
  * template (unless --raw) and tokenized. */
-static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **tok,
+static int prompt_ids(const cli_args *o, const ms_engine *eng, ms_tokenizer **tok,
                       int32_t **ids, int64_t *n, int *opens, ms_error *err)
 {
     if (o->prompt_ids)
@@ -85,7 +85,7 @@ static int prompt_ids(const run_opts *o, const ms_engine *eng, ms_tokenizer **to
 /* --json / --json-schema FILE: the grammar of the answer (after the answer
  * header of the template's syntax, or from the first token with --raw and
  * --prompt-ids) and the vocabulary index its masks need. */
-static int constrain(const run_opts *o, const ms_engine *eng, ms_tokenizer **tok, int opens,
+static int constrain(const cli_args *o, const ms_engine *eng, ms_tokenizer **tok, int opens,
                      ms_grammar **g, ms_vocab_index **vi, ms_error *err)
 {
     char *schema = NULL;
@@ -120,10 +120,10 @@ static const char *stop_name(int stop)
 
 int cmd_run(int argc, char **argv)
 {
-    run_opts o;
-    int rc = run_opts_parse("run", argc, argv, &o);
+    cli_args o;
+    int rc = cli_parse(CMD_RUN, argc, argv, &o);
     if (rc)
-        return rc;
+        return cli_exit(rc);
     if (!!o.prompt_ids + !!o.prompt_text + !!o.prompt_file != 1)
         return cli_usage_error("run", "needs exactly one of -p TEXT, -f FILE or --prompt-ids "
                                "FILE (\"-\" for TEXT or FILE: standard input)");
@@ -140,12 +140,12 @@ int cmd_run(int argc, char **argv)
     ms_vocab_index *vi = NULL;
     int64_t mask_ns = 0;
     rc = 1;
-    if (run_opts_open(&o, &eng, &s, &err) || prompt_ids(&o, eng, &tok, &ids, &n, &opens, &err) ||
+    if (cli_open(&o, &eng, &s, &err) || prompt_ids(&o, eng, &tok, &ids, &n, &opens, &err) ||
         ((o.json_schema || o.json_any) && constrain(&o, eng, &tok, opens, &gram, &vi, &err)))
         goto out;
     const ms_model_info *info = ms_engine_info(eng);
     ms_sampling sp;
-    run_opts_sampling(&o, eng, &sp);
+    cli_sampling(&o, eng, &sp);
     if (ms_sampler_open(&sp, info->vocab_size, &smp, &err) ||
         (tok && !o.raw && ms_chat_parser_open(info->family, o.thinking, &parser, &err)))
         goto out;
@@ -180,7 +180,7 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "grammar: %s, token masks %.3f s in all (%.2f ms per token)\n",
                     o.json_schema ? o.json_schema : "any JSON object", mask_ns * 1e-9,
                     gr.n_tokens ? mask_ns * 1e-6 / (double)gr.n_tokens : 0.0);
-        run_opts_print_stats(s);
+        cli_print_stats(s);
     }
     rc = stop_signal ? 128 + stop_signal : gr.stop == MS_STOP_CONTEXT ? 3 : 0;
 out:
@@ -199,10 +199,10 @@ out:
 
 int cmd_logits(int argc, char **argv)
 {
-    run_opts o;
-    int rc = run_opts_parse("logits", argc, argv, &o);
+    cli_args o;
+    int rc = cli_parse(CMD_LOGITS, argc, argv, &o);
     if (rc)
-        return rc;
+        return cli_exit(rc);
     if (!o.out || !o.prompt_ids)
         return cli_usage_error("logits", "needs --prompt-ids FILE and --out FILE");
     ms_error err = {0};
@@ -213,7 +213,7 @@ int cmd_logits(int argc, char **argv)
     int64_t n = 0;
     FILE *f = NULL;
     rc = 1;
-    if (cli_read_ids(o.prompt_ids, &ids, &n, &err) || run_opts_open(&o, &eng, &s, &err))
+    if (cli_read_ids(o.prompt_ids, &ids, &n, &err) || cli_open(&o, &eng, &s, &err))
         goto out;
     int64_t vocab = ms_engine_info(eng)->vocab_size;
     logits = malloc(sizeof *logits * (size_t)(n * vocab));
@@ -234,7 +234,7 @@ int cmd_logits(int argc, char **argv)
     }
     f = NULL;
     if (o.stats)
-        run_opts_print_stats(s);
+        cli_print_stats(s);
     rc = 0;
 out:
     if (f)

@@ -53,33 +53,6 @@
 
 /* ---- the command ------------------------------------------------------------------------ */
 
-static int bad_option(const run_opts *o)
-{
-    const char *bad = o->prompt_ids ? "--prompt-ids" : o->prompt_text ? "-p"
-                    : o->prompt_file ? "-f" : o->out ? "--out"
-                    : o->dump ? "--dump" : o->ids ? "--ids" : o->raw ? "--raw"
-                    : o->feed ? "--feed" : o->system ? "--system"
-                    : o->hide_reasoning ? "--hide-reasoning" : NULL;
-    return bad ? cli_usage_error("serve", "%s is not an option of serve", bad) : 0;
-}
-
-/* "4096", "64K", "8M", "1G": bytes; -1 when malformed. */
-static int64_t parse_bytes(const char *s)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    int shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10;
-    else if (*end == 'M' || *end == 'm') shift = 20;
-    else if (*end == 'G' || *end == 'g') shift = 30;
-    if (shift)
-        end++;
-    if (errno || end == s || *end || v <= 0 || v > (1ll << 40) >> shift)
-        return -1;
-    return (int64_t)v << shift;
-}
-
 /* Slots when --parallel is not given: 2 when a second session's cache fits
  * three times over in the memory still available, else 1. */
 static int default_slots(int64_t session_bytes)
@@ -97,98 +70,13 @@ static int default_slots(int64_t session_bytes)
 
 int cmd_serve(int argc, char **argv)
 {
-    const char *host = "127.0.0.1", *name = NULL, *key = getenv("MOESTREAM_API_KEY");
-    int64_t port = 8080, max_body = 8 << 20, max_queue = 64, timeout = 120, parallel = 0, cap = 0,
-            caches = -1;
-    double keepalive = 10, req_timeout = 0, read_timeout = 30;
-    /* our options out, the rest to the shared parser */
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    const char **allow = calloc((size_t)argc + 1, sizeof *allow);
-    const char **cors = calloc((size_t)argc + 1, sizeof *cors);
-    int n_rest = 0, n_allow = 0, n_cors = 0;
-    if (!rest || !allow || !cors) {
-                free(rest);
-        free(allow);
-        free(cors);
-        return 1;
-    }
-    for (int i = 0; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        if ((v = cli_value(argc, argv, &i, "--host", &miss))) host = v;
-        else if ((v = cli_value(argc, argv, &i, "--api-key", &miss))) key = v;
-        else if ((v = cli_value(argc, argv, &i, "--name", &miss))) name = v;
-        else if ((v = cli_value(argc, argv, &i, "--allow-host", &miss))) allow[n_allow++] = v;
-        else if ((v = cli_value(argc, argv, &i, "--cors", &miss))) cors[n_cors++] = v;
-        else if ((v = cli_value(argc, argv, &i, "--port", &miss))) {
-            if (cli_parse_i64(v, 0, 65535, &port)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--port expects 0..65535, got \"%s\"", v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--max-body", &miss))) {
-            if ((max_body = parse_bytes(v)) <= 0) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--max-body expects a size like 8M, got \"%s\"", v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--queue", &miss))) {
-            if (cli_parse_i64(v, 1, 1 << 20, &max_queue)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--queue expects 1..1048576, got \"%s\"", v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--max-tokens-cap", &miss))) {
-            if (cli_parse_i64(v, 1, INT32_MAX, &cap)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--max-tokens-cap expects a positive count, "
-                                       "got \"%s\"", v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--read-timeout", &miss))) {
-            if (cli_parse_f64(v, 0.1, 3600, &read_timeout)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--read-timeout expects 0.1..3600 seconds, got "
-                                       "\"%s\"", v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--request-timeout", &miss))) {
-            if (cli_parse_f64(v, 0.01, 1e7, &req_timeout)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--request-timeout expects seconds, got \"%s\"",
-                                       v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--prompt-cache", &miss))) {
-            if (cli_parse_i64(v, 0, SRV_MAX_SLOTS, &caches)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--prompt-cache expects 0..%d conversations, "
-                                       "got \"%s\"", SRV_MAX_SLOTS, v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--parallel", &miss))) {
-            if (cli_parse_i64(v, 1, SRV_MAX_SLOTS, &parallel)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--parallel expects 1..%d, got \"%s\"",
-                                       SRV_MAX_SLOTS, v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--timeout", &miss))) {
-            if (cli_parse_i64(v, 1, 86400, &timeout)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--timeout expects 1..86400 seconds, got \"%s\"", v);
-            }
-        } else if ((v = cli_value(argc, argv, &i, "--keepalive", &miss))) {
-            if (cli_parse_f64(v, 0.1, 3600, &keepalive)) {
-                free(rest), free(allow), free(cors);
-                return cli_usage_error("serve", "--keepalive expects 0.1..3600 seconds, got \"%s\"", v);
-            }
-        } else if (miss) {
-            free(rest), free(allow), free(cors);
-            return cli_usage_error("serve", "%s needs a value", argv[i]);
-        } else
-            rest[n_rest++] = argv[i];
-    }
-    run_opts o;
-    int rc = run_opts_parse("serve", n_rest, rest, &o);
-    if (!rc)
-        rc = bad_option(&o);
-    if (rc) {
-        free(rest), free(allow), free(cors);
-        return rc;
-    }
+    cli_args o;
+    int rc = cli_parse(CMD_SERVE, argc, argv, &o);
+    if (rc)
+        return cli_exit(rc);
+    const char *host = o.host, *name = o.name, *key = o.api_key;
+    if (!key)
+        key = getenv("MOESTREAM_API_KEY");
     if (key && !*key)
         key = NULL;
     if (!name) {
@@ -213,15 +101,16 @@ int cmd_serve(int argc, char **argv)
 
     ms_error err = {0};
     int wildcard = !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !*host;
-    srv sv = {.access = {.bind = host, .port = (int)port, .wildcard = wildcard, .allow = allow,
-                         .n_allow = n_allow, .cors = cors, .n_cors = n_cors},
-              .api_key = key, .name = name, .max_body = (size_t)max_body,
-              .max_tokens_cap = cap, .request_timeout = req_timeout, .t_start = srv_now(),
-              .read_timeout = read_timeout,
-              .max_queue = (int)max_queue, .keepalive = keepalive,
-              .timeout = (unsigned)timeout, .thinking = o.thinking, .effort = o.effort,
+    srv sv = {.access = {.bind = host, .port = (int)o.port, .wildcard = wildcard,
+                         .allow = o.allow_host.v, .n_allow = o.allow_host.n, .cors = o.cors.v,
+                         .n_cors = o.cors.n},
+              .api_key = key, .name = name, .max_body = (size_t)o.max_body,
+              .max_tokens_cap = o.max_tokens_cap, .request_timeout = o.request_timeout,
+              .t_start = srv_now(), .read_timeout = o.read_timeout,
+              .max_queue = (int)o.queue, .keepalive = o.keepalive,
+              .timeout = (unsigned)o.timeout, .thinking = o.thinking, .effort = o.effort,
               .ignore_eos = o.ignore_eos, .no_reuse = o.no_reuse, .stats = o.stats,
-              .have_seed = o.have_seed, .default_max_tokens = o.n_predict};
+              .have_seed = cli_given(&o, "--seed"), .default_max_tokens = o.n_predict};
     pthread_mutex_init(&sv.mu, NULL);
     pthread_cond_init(&sv.cv, NULL);
     struct MHD_Daemon *d = NULL;
@@ -232,23 +121,23 @@ int cmd_serve(int argc, char **argv)
     sv.loading = 1;
     char why[256] = "";
     int bound = 0;
-    if (!(d = srv_http_start(&sv, host, (int)port, &bound, why, sizeof why))) {
+    if (!(d = srv_http_start(&sv, host, (int)o.port, &bound, why, sizeof why))) {
         snprintf(err.msg, sizeof err.msg, "cannot listen on %s port %lld: %s", host,
-                 (long long)port, why);
+                 (long long)o.port, why);
         goto out;
     }
     sv.access.port = bound;
     fprintf(stderr, "moestream serve: loading %s; /health answers on port %d meanwhile\n",
             o.model, bound);
     o.progress = -1; /* requests' prefills are not a terminal's business */
-    if (run_opts_open(&o, &sv.eng, &sv.s, &err) || ms_tokenizer_open(o.model, &sv.tok, &err) ||
+    if (cli_open(&o, &sv.eng, &sv.s, &err) || ms_tokenizer_open(o.model, &sv.tok, &err) ||
         ms_vocab_index_open(sv.tok, &sv.vocab, &err))
         goto out;
     sv.info = ms_engine_info(sv.eng);
     sv.ctx = ms_session_ctx(sv.s);
-    run_opts_sampling(&o, sv.eng, &sv.sampling);
+    cli_sampling(&o, sv.eng, &sv.sampling);
     sv.slot_s[0] = sv.s;
-    sv.n_slots = parallel > 0 ? (int)parallel : default_slots(ms_session_bytes(sv.s));
+    sv.n_slots = o.parallel > 0 ? (int)o.parallel : default_slots(ms_session_bytes(sv.s));
     for (int i = 1; i < sv.n_slots; i++) {
         ms_session_opts so = {.ctx = o.ctx};
         if (ms_session_open(sv.eng, &so, &sv.slot_s[i], &err)) {
@@ -258,11 +147,11 @@ int cmd_serve(int argc, char **argv)
             goto out;
         }
     }
-    for (int i = 0; i < (caches > 0 ? (int)caches : 0); i++) {
+    for (int i = 0; i < (int)o.prompt_cache; i++) {
         ms_session_opts so = {.ctx = o.ctx};
         if (ms_session_open(sv.eng, &so, &sv.cache_s[i], &err)) {
             snprintf(err.msg + strlen(err.msg), sizeof err.msg - strlen(err.msg),
-                     " (prompt cache %d of %lld)", i + 1, (long long)caches);
+                     " (prompt cache %d of %lld)", i + 1, (long long)o.prompt_cache);
             goto out;
         }
         sv.n_cache = i + 1;
@@ -319,8 +208,5 @@ out:
     ms_engine_close(sv.eng);
     pthread_cond_destroy(&sv.cv);
     pthread_mutex_destroy(&sv.mu);
-        free(rest);
-    free(allow);
-    free(cors);
     return rc;
 }

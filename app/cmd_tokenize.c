@@ -18,25 +18,11 @@ static int read_text_file(const char *path, char **text, size_t *len, ms_error *
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *dir = NULL, *text_arg = NULL, *file = NULL;
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if ((v = cli_value(argc, argv, &i, "--text", &missing)))
-            text_arg = v;
-        else if ((v = cli_value(argc, argv, &i, "--text-file", &missing)))
-            file = v;
-        else if (missing)
-            return cli_usage_error("tokenize", "%s needs a value", argv[i]);
-        else if (argv[i][0] == '-' && argv[i][1])
-            return cli_usage_error("tokenize", "unknown option %s", argv[i]);
-        else if (!dir)
-            dir = argv[i];
-        else
-            return cli_usage_error("tokenize", "unexpected argument %s", argv[i]);
-    }
-    if (!dir)
-        return cli_usage_error("tokenize", "expected a MODEL_DIR");
+    cli_args a;
+    int rc = cli_parse(CMD_TOKENIZE, argc, argv, &a);
+    if (rc)
+        return cli_exit(rc);
+    const char *dir = a.model, *text_arg = a.prompt_text, *file = a.prompt_file;
     if (!text_arg == !file)
         return cli_usage_error("tokenize", "expected exactly one of --text and --text-file");
 
@@ -52,7 +38,6 @@ int cmd_tokenize(int argc, char **argv)
     ms_tokenizer *tok = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
-    int rc = 0;
     if (ms_tokenizer_open(dir, &tok, &err) ||
         ms_tokenizer_encode(tok, text, len, 1, &ids, &n, &err)) {
         rc = cli_fail(&err);

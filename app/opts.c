@@ -1,178 +1,48 @@
-/* Options shared by run, logits and chat, and what follows from them. */
+/* What the options of the commands that open an engine mean: the engine's
+ * and the session's options, the sampling, the statistics printed. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/sysmem.h"
 #include "cli.h"
 
-int run_opts_parse(const char *cmd, int argc, char **argv, run_opts *o)
+ms_engine_opts cli_engine_opts(const cli_args *a)
 {
-    memset(o, 0, sizeof *o);
-    o->n_predict = -1;
-    o->thinking = -1;
-    for (int i = 1; i < argc; i++) {
-        int miss = 0;
-        const char *v;
-        int64_t iv;
-        double dv;
-#define NUM_I(name, lo, hi, dst)                                                  \
-        if ((v = cli_value(argc, argv, &i, name, &miss))) {                      \
-            if (cli_parse_i64(v, lo, hi, &iv))                                    \
-                return cli_usage_error(cmd, "%s expects an integer in [%lld, %lld], got \"%s\"", \
-                                       name, (long long)(lo), (long long)(hi), v); \
-            dst = iv;                                                             \
-            continue;                                                             \
-        }
-#define NUM_F(name, lo, hi, dst, flag)                                            \
-        if ((v = cli_value(argc, argv, &i, name, &miss))) {                      \
-            if (cli_parse_f64(v, lo, hi, &dv))                                    \
-                return cli_usage_error(cmd, "%s expects a number in [%g, %g], got \"%s\"", \
-                                       name, (double)(lo), (double)(hi), v);      \
-            dst = (float)dv;                                                      \
-            flag = 1;                                                             \
-            continue;                                                             \
-        }
-        if ((v = cli_value(argc, argv, &i, "--prompt-ids", &miss))) { o->prompt_ids = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "-p", &miss)) ||
-            (v = cli_value(argc, argv, &i, "--prompt", &miss))) {
-            o->prompt_text = v; /* "-": standard input */
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "-f", &miss)) ||
-            (v = cli_value(argc, argv, &i, "--file", &miss))) {
-            o->prompt_file = v; /* "-": standard input */
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--out", &miss))) { o->out = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--dump", &miss))) { o->dump = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--trace", &miss))) { o->trace = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--ram", &miss))) {
-            if ((o->ram = ms_parse_size(v)) <= 0)
-                return cli_usage_error(cmd, "--ram expects a size like 6G or 512M, got \"%s\"", v);
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--precision", &miss))) {
-            if (cli_parse_precision(cmd, v, &o->precision))
-                return 2;
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--kv", &miss))) {
-            if (cli_parse_kv(cmd, v, &o->kv))
-                return 2;
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--experts", &miss))) {
-            if (cli_parse_placement(cmd, v, &o->placement))
-                return 2;
-            continue;
-        }
-        NUM_I("--io-threads", 1, 256, o->io_threads)
-        NUM_I("--cache-slots", 1, INT32_MAX, o->cache_slots)
-        NUM_I("--reads", 1, 1024, o->reads)
-        NUM_I("--prefill-span", 1, 1 << 20, o->span)
-        NUM_I("--prefetch-early", 0, 64, o->early)
-        NUM_I("-n", 0, INT32_MAX, o->n_predict)
-        NUM_I("--n-predict", 0, INT32_MAX, o->n_predict) /* llama.cpp's names */
-        NUM_I("--ctx", 1, INT64_C(1) << 40, o->ctx)
-        NUM_I("-c", 1, INT64_C(1) << 40, o->ctx)
-        NUM_I("--ctx-size", 1, INT64_C(1) << 40, o->ctx)
-        NUM_I("--threads", 1, 64, o->threads)
-        NUM_I("-t", 1, 64, o->threads)
-        NUM_I("--feed", 1, INT32_MAX, o->feed)
-        NUM_F("--temp", 0, 100, o->sampling.temperature, o->have_temp)
-        NUM_F("--top-p", 1e-9, 1, o->sampling.top_p, o->have_top_p)
-        NUM_F("--min-p", 0, 1, o->sampling.min_p, o->have_min_p)
-        NUM_F("--repeat-penalty", 0, 10, o->sampling.repetition_penalty, o->have_rep)
-        NUM_F("--presence-penalty", -2, 2, o->sampling.presence_penalty, o->have_presence)
-        NUM_F("--frequency-penalty", -2, 2, o->sampling.frequency_penalty, o->have_freq)
-        if ((v = cli_value(argc, argv, &i, "--system", &miss))) { o->system = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--json-schema", &miss))) {
-            o->json_schema = v;
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--chat-template-file", &miss))) {
-            o->chat_template = v;
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--reasoning-effort", &miss))) { o->effort = v; continue; }
-        if ((v = cli_value(argc, argv, &i, "--think", &miss))) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return cli_usage_error(cmd, "--think expects on or off, got \"%s\"", v);
-            o->thinking = !strcmp(v, "on");
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--top-k", &miss))) {
-            if (cli_parse_i64(v, 0, INT32_MAX, &iv))
-                return cli_usage_error(cmd, "--top-k expects an integer >= 0, got \"%s\"", v);
-            o->sampling.top_k = (int32_t)iv;
-            o->have_top_k = 1;
-            continue;
-        }
-        if ((v = cli_value(argc, argv, &i, "--seed", &miss)) ||
-            (v = cli_value(argc, argv, &i, "-s", &miss))) {
-            if (cli_parse_i64(v, 0, INT64_MAX, &iv))
-                return cli_usage_error(cmd, "--seed expects an integer >= 0, got \"%s\"", v);
-            o->sampling.seed = (uint64_t)iv;
-            o->have_seed = 1;
-            continue;
-        }
-#undef NUM_I
-#undef NUM_F
-        if (miss)
-            return cli_usage_error(cmd, "%s needs a value", argv[i]);
-        if (!strcmp(argv[i], "--ids")) o->ids = 1;
-        else if (!strcmp(argv[i], "--ignore-eos")) o->ignore_eos = 1;
-        else if (!strcmp(argv[i], "--stats")) o->stats = 1;
-        else if (!strcmp(argv[i], "--raw")) o->raw = 1;
-        else if (!strcmp(argv[i], "--json")) o->json_any = 1;
-        else if (!strcmp(argv[i], "--no-prefetch")) o->no_prefetch = 1;
-        else if (!strcmp(argv[i], "--buffered")) o->buffered = 1;
-        else if (!strcmp(argv[i], "--hide-reasoning")) o->hide_reasoning = 1;
-        else if (!strcmp(argv[i], "--no-reuse")) o->no_reuse = 1;
-        else if (!strcmp(argv[i], "--progress")) o->progress = 1;
-        else if (argv[i][0] == '-')
-            return cli_usage_error(cmd, "unknown option %s", argv[i]);
-        else if (!o->model) o->model = argv[i];
-        else return cli_usage_error(cmd, "unexpected argument \"%s\"", argv[i]);
-    }
-    if (!o->model)
-        return cli_usage_error(cmd, "missing MODEL_DIR");
-    return 0;
+    return (ms_engine_opts){.n_threads = (int)a->threads, .ctx = a->ctx,
+                            .placement = a->placement, .ram = a->ram,
+                            .cache_slots = (int)a->cache_slots, .reads = (int)a->reads,
+                            .span = (int)a->span, .prefetch_early = (int)a->early,
+                            .io_threads = (int)a->io_threads, .no_prefetch = a->no_prefetch,
+                            .buffered = a->buffered, .trace_path = a->trace,
+                            .precision = a->precision, .chat_template_file = a->chat_template,
+                            .kv_format = a->kv, .log = cli_log,
+                            .progress = a->progress < 0 ? NULL : cli_progress(a->progress)};
 }
 
-int run_opts_open(const run_opts *o, ms_engine **eng, ms_session **s, ms_error *err)
+int cli_open(const cli_args *a, ms_engine **eng, ms_session **s, ms_error *err)
 {
-    ms_engine_opts eo = {.n_threads = (int)o->threads, .ctx = o->ctx,
-                         .placement = o->placement, .ram = o->ram,
-                         .cache_slots = (int)o->cache_slots, .reads = (int)o->reads, .span = (int)o->span,
-                         .prefetch_early = (int)o->early,
-                         .io_threads = (int)o->io_threads, .no_prefetch = o->no_prefetch,
-                         .buffered = o->buffered, .trace_path = o->trace,
-                         .precision = o->precision, .chat_template_file = o->chat_template,
-                         .kv_format = o->kv, .log = cli_log,
-                         .progress = o->progress < 0 ? NULL : cli_progress(o->progress)};
-    ms_session_opts so = {.ctx = o->ctx, .dump_dir = o->dump};
-    if (ms_engine_open(o->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
+    ms_engine_opts eo = cli_engine_opts(a);
+    ms_session_opts so = {.ctx = a->ctx, .dump_dir = a->dump};
+    if (ms_engine_open(a->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
         return -1;
     return 0;
 }
 
-void run_opts_sampling(const run_opts *o, const ms_engine *eng, ms_sampling *sp)
+void cli_sampling(const cli_args *a, const ms_engine *eng, ms_sampling *sp)
 {
     ms_engine_default_sampling(eng, sp);
-    if (o->have_temp) sp->temperature = o->sampling.temperature;
-    if (o->have_top_p) sp->top_p = o->sampling.top_p;
-    if (o->have_top_k) sp->top_k = o->sampling.top_k;
-    if (o->have_min_p) sp->min_p = o->sampling.min_p;
-    if (o->have_seed) sp->seed = o->sampling.seed;
-    if (o->have_rep) sp->repetition_penalty = o->sampling.repetition_penalty;
-    if (o->have_presence) sp->presence_penalty = o->sampling.presence_penalty;
-    if (o->have_freq) sp->frequency_penalty = o->sampling.frequency_penalty;
+    if (cli_given(a, "--temp")) sp->temperature = (float)a->temp;
+    if (cli_given(a, "--top-p")) sp->top_p = (float)a->top_p;
+    if (cli_given(a, "--top-k")) sp->top_k = (int32_t)a->top_k;
+    if (cli_given(a, "--min-p")) sp->min_p = (float)a->min_p;
+    if (cli_given(a, "--seed")) sp->seed = (uint64_t)a->seed;
+    if (cli_given(a, "--repeat-penalty")) sp->repetition_penalty = (float)a->repeat_penalty;
+    if (cli_given(a, "--presence-penalty")) sp->presence_penalty = (float)a->presence_penalty;
+    if (cli_given(a, "--frequency-penalty")) sp->frequency_penalty = (float)a->frequency_penalty;
 }
 
-void run_opts_print_stats(const ms_session *s)
+void cli_print_stats(const ms_session *s)
 {
     ms_stats st;
     ms_session_stats(s, &st);

@@ -153,7 +153,7 @@ struct srv_job {
     srv_job *next;             /* queue link (the server's lock) */
 };
 
-#define SRV_MAX_SLOTS 16
+#define SRV_MAX_SLOTS 16 /* the ranges of --parallel and --prompt-cache in options.c */
 
 struct srv {
     srv_access access;

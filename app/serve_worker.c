@@ -13,28 +13,6 @@
 
 /* ---- generation (the worker) ---------------------------------------------------------- */
 
-typedef struct strbuf {
-    char *p;
-    size_t n, cap;
-} strbuf;
-
-static void sb_add(strbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
 /* Text as a JSON string; bytes that are not UTF-8 (never expected: the
  * streaming decoder emits whole characters) become U+FFFD. */
 static json_t *jstr(const char *s, size_t n)
@@ -42,20 +20,20 @@ static json_t *jstr(const char *s, size_t n)
     json_t *v = json_stringn(s, n);
     if (v)
         return v;
-    strbuf b = {0};
+    cli_buf b = {0};
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80)
-            sb_add(&b, s + i, 1);
+            cli_buf_add(&b, s + i, 1);
         else {
             size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
             json_t *t = k && i + k <= n ? json_stringn(s + i, k) : NULL;
             if (t) {
-                sb_add(&b, s + i, k);
+                cli_buf_add(&b, s + i, k);
                 i += k - 1;
                 json_decref(t);
             } else {
-                sb_add(&b, "\xef\xbf\xbd", 3);
+                cli_buf_add(&b, "\xef\xbf\xbd", 3);
             }
         }
     }
@@ -69,13 +47,13 @@ typedef struct gen {
     srv_job *j;
     ms_session *s;             /* the slot's */
     int chat, stream;
-    strbuf content, reasoning, pending;
+    cli_buf content, reasoning, pending;
     int32_t *ids;
     int64_t n_ids, cap_ids;
     int stop_hit;
     /* tools offered: the raw text is parsed (partially while streaming) */
     int tools, format;
-    strbuf raw;
+    cli_buf raw;
     size_t sent_content, sent_reasoning;
     /* logprobs: entries of tokens not yet sent (stream) or all (not stream) */
     json_t *lp_pending;
@@ -209,13 +187,13 @@ static void out_text(gen *g, int chan, const char *s, size_t n)
     if (!n)
         return;
     if (g->tools) {
-        sb_add(&g->raw, s, n);
+        cli_buf_add(&g->raw, s, n);
         if (g->stream)
             stream_parsed(g, 0, NULL);
         return;
     }
     if (!g->stream) {
-        sb_add(chan == MS_CHAT_REASONING ? &g->reasoning : &g->content, s, n);
+        cli_buf_add(chan == MS_CHAT_REASONING ? &g->reasoning : &g->content, s, n);
         return;
     }
     json_t *t = jstr(s, n);
@@ -293,7 +271,7 @@ static void on_text(void *ctx, int chan, const char *s, size_t n)
         out_text(g, chan, s, n);
         return;
     }
-    sb_add(&g->pending, s, n);
+    cli_buf_add(&g->pending, s, n);
     const char *p = g->pending.p;
     size_t len = g->pending.n, cut = len, hold = 0;
     for (int i = 0; i < r->n_stop; i++) {
@@ -518,7 +496,7 @@ static void slot_finish(srv *sv, slot *sl, const ms_error *err)
     if (timed_out)
         __atomic_add_fetch(&sv->m_timeouts, 1, __ATOMIC_RELAXED);
     if (sv->stats)
-        run_opts_print_stats(sl->s);
+        cli_print_stats(sl->s);
     if (cancelled) {
         srv_job_finish(j, 499, NULL);
         goto out;

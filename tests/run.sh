@@ -22,6 +22,9 @@ fi
 export MOESTREAM_FIXTURES=${MOESTREAM_FIXTURES:-../shared/fixtures}
 export MS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/moestream-test.XXXXXX")
 trap 'rm -rf "$MS_TMP"' EXIT
+# No user's config file or chat history takes part in a test.
+unset MOESTREAM_CONFIG MOESTREAM_API_KEY
+export XDG_CONFIG_HOME=$MS_TMP/config XDG_STATE_HOME=$MS_TMP/state
 
 passed=0; failed=0; skipped=0
 run_one() {

