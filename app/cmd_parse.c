@@ -59,7 +59,7 @@ int cmd_parse(int argc, char **argv)
     int format = fmt ? ms_tool_format_from_name(fmt) : 0;
     if (fmt && format < 0)
         return cli_usage_error("parse", "--format expects harmony, qwen3, qwen3_coder, "
-                               "deepseek_v3, deepseek_v3_1 or longcat, not \"%s\"", fmt);
+                               "deepseek_v3, deepseek_v3_1, longcat or glm45, not \"%s\"", fmt);
     if (dir && folder_format(dir, &format, &err))
         return cli_fail(&err);
     if (dir)

@@ -166,7 +166,7 @@ static const cli_opt opts[] = {
     {"--family", NULL, T_STR, G_TEMPLATE, B(CMD_RENDER), AT(family), "MODEL_TYPE", 0, 0, NULL, 0,
      NULL, "the family's built-in format instead of a template"},
     {"--format", NULL, T_STR, G_TEMPLATE, B(CMD_PARSE), AT(format), "NAME", 0, 0, NULL, 0, NULL,
-     "harmony, qwen3, qwen3_coder, deepseek_v3, deepseek_v3_1 or longcat"},
+     "harmony, qwen3, qwen3_coder, deepseek_v3, deepseek_v3_1, longcat or glm45"},
     {"--opens-reasoning", NULL, T_FLAG, G_TEMPLATE, B(CMD_PARSE), AT(opens_reasoning), NULL, 0,
      0, NULL, 0, NULL, "the text starts inside the reasoning (the prompt opened it)"},
     {"--partial", NULL, T_FLAG, G_TEMPLATE, B(CMD_PARSE), AT(partial), NULL, 0, 0, NULL, 0, NULL,

@@ -408,12 +408,14 @@ int ms_chat_prompt(const ms_engine *eng, const char *request_json, const ms_temp
  *  DEEPSEEK_V3   "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
  *                \n```json\nARGS\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>" (V3, R1)
  *  DEEPSEEK_V3_1 "<｜tool▁call▁begin｜>N<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>"
- *  LONGCAT       "<longcat_tool_call>{"name", "arguments"}</longcat_tool_call>" */
+ *  LONGCAT       "<longcat_tool_call>{"name", "arguments"}</longcat_tool_call>"
+ *  GLM45         "<tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>"
+ *                (GLM-4.5 / 4.6; V is JSON unless the tool's schema says string) */
 enum ms_tool_format {
     MS_TOOLS_HARMONY = 1, MS_TOOLS_QWEN3, MS_TOOLS_QWEN3_CODER, MS_TOOLS_DEEPSEEK_V3,
-    MS_TOOLS_DEEPSEEK_V3_1, MS_TOOLS_LONGCAT,
+    MS_TOOLS_DEEPSEEK_V3_1, MS_TOOLS_LONGCAT, MS_TOOLS_GLM45,
 };
-/* "harmony", "qwen3", "qwen3_coder", "deepseek_v3", "deepseek_v3_1", "longcat" */
+/* "harmony", "qwen3", "qwen3_coder", "deepseek_v3", "deepseek_v3_1", "longcat", "glm45" */
 int ms_tool_format_from_name(const char *name);   /* -1 when unknown */
 const char *ms_tool_format_name(int format);
 /* The format of a family, told apart by its chat template's text where the

@@ -2,9 +2,42 @@
 #include "models/attention.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #include "models/attend.h"
 #include "models/ops.h"
+
+int ms_gqa_bind(ms_gqa *a, ms_binder *b, const char *prefix, int qkv_bias, int o_bias,
+                int qk_norm)
+{
+    int64_t qd = (int64_t)a->n_heads * a->head_dim, kd = (int64_t)a->n_kv_heads * a->head_dim;
+    int64_t d = a->d_model;
+    struct { const char *name; ms_mat *m; int64_t rows, cols; const float **bias; int has; } p[4] = {
+        {"q_proj", &a->wq, qd, d, &a->bq, qkv_bias}, {"k_proj", &a->wk, kd, d, &a->bk, qkv_bias},
+        {"v_proj", &a->wv, kd, d, &a->bv, qkv_bias}, {"o_proj", &a->wo, d, qd, &a->bo, o_bias},
+    };
+    char n[256];
+    int before = b->n_problems;
+    float *v;
+    for (int i = 0; i < 4; i++) {
+        snprintf(n, sizeof n, "%s.%s", prefix, p[i].name);
+        ms_bind_linear(b, MS_ROLE_DENSE, n, p[i].rows, p[i].cols, p[i].m, NULL);
+        if (!p[i].has)
+            continue;
+        snprintf(n, sizeof n, "%s.%s.bias", prefix, p[i].name);
+        ms_bind_vector(b, MS_ROLE_DENSE, n, p[i].rows, &v);
+        *p[i].bias = v;
+    }
+    if (qk_norm) {
+        snprintf(n, sizeof n, "%s.q_norm.weight", prefix);
+        ms_bind_vector(b, MS_ROLE_DENSE, n, a->head_dim, &v);
+        a->q_norm = v;
+        snprintf(n, sizeof n, "%s.k_norm.weight", prefix);
+        ms_bind_vector(b, MS_ROLE_DENSE, n, a->head_dim, &v);
+        a->k_norm = v;
+    }
+    return b->n_problems - before;
+}
 
 int64_t ms_gqa_scratch(const ms_gqa *a, int64_t n)
 {

@@ -31,6 +31,12 @@ static inline int64_t ms_gqa_kv_row(const ms_gqa *a)
     return 2 * (int64_t)a->n_kv_heads * a->head_dim;
 }
 
+/* Binds "<prefix>.{q,k,v,o}_proj" for a (its dimensions set), the biases
+ * of q/k/v when qkv_bias and of o when o_bias, and "<prefix>.{q,k}_norm"
+ * when qk_norm. Returns the number of problems recorded. */
+int ms_gqa_bind(ms_gqa *a, ms_binder *b, const char *prefix, int qkv_bias, int o_bias,
+                int qk_norm);
+
 /* Scratch floats ms_gqa_forward needs for n positions. */
 int64_t ms_gqa_scratch(const ms_gqa *a, int64_t n);
 

@@ -192,6 +192,33 @@ static int ffn(ms_decoder *dec, const ms_fwd *f, int l, const rows *r, ms_err *e
     return 0;
 }
 
+int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, int64_t n_mtp,
+                    ms_layer_fn *layer, void *fam, const ms_model_opts *opts, ms_err *err)
+{
+    int n_layers = dec->base->n_layers;
+    char n[160];
+    float *v;
+    snprintf(n, sizeof n, "%s.embed_tokens.weight", prefix);
+    ms_bind_plain_linear(b, MS_ROLE_EMBED, n, dec->vocab, dec->d, MS_DTYPE_BF16, &dec->embed);
+    for (int l = 0; l < n_layers; l++)
+        layer(fam, b, l);
+    snprintf(n, sizeof n, "%s.norm.weight", prefix);
+    ms_bind_vector(b, MS_ROLE_DENSE, n, dec->d, &v);
+    dec->final_norm = v;
+    if (tie)
+        dec->lm_head = dec->embed;
+    else
+        ms_bind_plain_linear(b, MS_ROLE_DENSE, "lm_head.weight", dec->vocab, dec->d,
+                             MS_DTYPE_BF16, &dec->lm_head);
+    for (int64_t i = 0; i < n_mtp; i++) { /* the MTP layers: not the main model */
+        snprintf(n, sizeof n, "%s.layers.%lld.", prefix, (long long)(n_layers + i));
+        ms_bind_ignore_prefix(b, n);
+    }
+    if (opts->check_only || b->n_problems)
+        return 0;
+    return ms_decoder_alloc_scratch(dec, err);
+}
+
 int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
 {
     ms_model *b = dec->base;

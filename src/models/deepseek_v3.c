@@ -171,22 +171,14 @@ static void bind_layer(deepseek_v3 *m, ms_binder *b, int l)
         ms_mlp_bind(&L->mlp, b, n, MS_ROLE_DENSE, NULL);
         return;
     }
-    snprintf(n, sizeof n, "%s.mlp.gate.weight", p);
-    ms_bind_plain_linear(b, MS_ROLE_DENSE, n, m->n_experts, m->d, MS_DTYPE_BF16, &L->router.w);
-    snprintf(n, sizeof n, "%s.mlp.gate.e_score_correction_bias", p);
-    ms_bind_plain_vector(b, MS_ROLE_DENSE, n, m->n_experts, MS_DTYPE_F32, &v);
-    L->router.choice_bias = v;
+    snprintf(n, sizeof n, "%s.mlp", p);
+    ms_router_bind_sigmoid(&L->router, b, n, m->d);
     if (L->shared.d_ff) {
         snprintf(n, sizeof n, "%s.mlp.shared_experts", p);
         ms_mlp_bind(&L->shared, b, n, MS_ROLE_DENSE, NULL);
     }
-    for (int e = 0; e < m->n_experts; e++) {
-        ms_mlp ex = {.d_model = m->d, .d_ff = m->d_ff_expert};
-        ms_span sp[6];
-        snprintf(n, sizeof n, "%s.mlp.experts.%d", p, e);
-        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !b->collect)
-            ms_expert_store_set(m->base.experts, l, e, (ms_mat[3]){ex.gate, ex.up, ex.down}, sp);
-    }
+    snprintf(n, sizeof n, "%s.mlp.experts", p);
+    ms_moe_bind_experts(b, m->base.experts, l, n, m->n_experts, m->d, m->d_ff_expert);
 }
 
 /* Binds everything and, for a runnable model, prepares the absorbed MLA. */

@@ -120,6 +120,7 @@ extern const ms_family ms_family_gpt_oss;
 extern const ms_family ms_family_qwen3_moe;
 extern const ms_family ms_family_deepseek_v3;
 extern const ms_family ms_family_longcat_flash;
+extern const ms_family ms_family_glm4_moe;
 
 /* The family for a checkpoint's config.json model_type; an error listing
  * the supported ones otherwise. */

@@ -176,6 +176,34 @@ int ms_mlp_bind(ms_mlp *mlp, ms_binder *b, const char *prefix, ms_role role, ms_
     return b->n_problems - before;
 }
 
+int ms_router_bind_sigmoid(ms_router *r, ms_binder *b, const char *prefix, int64_t d)
+{
+    char n[256];
+    float *v;
+    int before = b->n_problems;
+    snprintf(n, sizeof n, "%s.gate.weight", prefix);
+    ms_bind_plain_linear(b, MS_ROLE_DENSE, n, r->n_experts, d, MS_DTYPE_BF16, &r->w);
+    snprintf(n, sizeof n, "%s.gate.e_score_correction_bias", prefix);
+    ms_bind_plain_vector(b, MS_ROLE_DENSE, n, r->n_experts, MS_DTYPE_F32, &v);
+    r->choice_bias = v;
+    return b->n_problems - before;
+}
+
+int ms_moe_bind_experts(ms_binder *b, ms_expert_store *st, int layer, const char *prefix,
+                        int n_experts, int64_t d_model, int64_t d_ff)
+{
+    char n[256];
+    int before = b->n_problems;
+    for (int e = 0; e < n_experts; e++) {
+        ms_mlp ex = {.d_model = d_model, .d_ff = d_ff};
+        ms_span sp[6];
+        snprintf(n, sizeof n, "%s.%d", prefix, e);
+        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !b->collect)
+            ms_expert_store_set(st, layer, e, (ms_mat[3]){ex.gate, ex.up, ex.down}, sp);
+    }
+    return b->n_problems - before;
+}
+
 int64_t ms_mlp_scratch(int64_t d_ff, int64_t n)
 {
     return 3 * n * d_ff;

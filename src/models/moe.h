@@ -62,6 +62,15 @@ int64_t ms_mlp_scratch(int64_t d_ff, int64_t n);
  * receives their byte ranges when not NULL. Returns the number of problems
  * recorded (0 when all three are bound). */
 int ms_mlp_bind(ms_mlp *mlp, ms_binder *b, const char *prefix, ms_role role, ms_span *span);
+/* A SIGMOID_GROUP router's "<prefix>.gate.weight" [n_experts][d] (kept
+ * unquantised by the releases, bf16) and "<prefix>.gate.e_score_correction_bias"
+ * (F32). Returns the number of problems recorded. */
+int ms_router_bind_sigmoid(ms_router *r, ms_binder *b, const char *prefix, int64_t d);
+/* The routed experts of layer l stored apart, "<prefix>.<e>.{gate,up,down}_proj"
+ * for e < n_experts, each a SwiGLU MLP d_model x d_ff, into the expert
+ * store (not in collect mode). Returns the number of problems recorded. */
+int ms_moe_bind_experts(ms_binder *b, ms_expert_store *st, int layer, const char *prefix,
+                        int n_experts, int64_t d_model, int64_t d_ff);
 /* X [rows][d] -> Y [rows][d]. */
 void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int64_t d_ff,
                   const float *X, int rows, float *Y, float *scratch);

@@ -10,6 +10,7 @@ static const ms_family *const families[] = {
     &ms_family_qwen3_moe,
     &ms_family_deepseek_v3,
     &ms_family_longcat_flash,
+    &ms_family_glm4_moe,
 };
 
 const ms_family *ms_family_find(const ms_checkpoint *ck, ms_err *err)

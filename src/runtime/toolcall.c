@@ -16,6 +16,7 @@ static const char *const format_names[] = {
     [MS_TOOLS_HARMONY] = "harmony",         [MS_TOOLS_QWEN3] = "qwen3",
     [MS_TOOLS_QWEN3_CODER] = "qwen3_coder", [MS_TOOLS_DEEPSEEK_V3] = "deepseek_v3",
     [MS_TOOLS_DEEPSEEK_V3_1] = "deepseek_v3_1", [MS_TOOLS_LONGCAT] = "longcat",
+    [MS_TOOLS_GLM45] = "glm45",
 };
 
 int ms_tool_format_from_name(const char *name)
@@ -39,6 +40,8 @@ int ms_tool_format_for(const char *family, const char *template_text)
         return MS_TOOLS_HARMONY;
     if (!strcmp(family, "longcat_flash"))
         return MS_TOOLS_LONGCAT;
+    if (!strcmp(family, "glm4_moe") || strstr(t, "<arg_key>"))
+        return MS_TOOLS_GLM45;
     if (!strcmp(family, "deepseek_v3"))
         /* V3 / R1 write "<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json";
          * V3.1 "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS" */
@@ -368,6 +371,77 @@ static void coder_calls(out *o, piece s, const json_t *tools)
     }
 }
 
+/* ---- GLM-4.5: <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value></tool_call> --- */
+
+/* The text between open and close after *at (moved past close); NULL when
+ * open is not next (white space aside) or close is missing. */
+static const char *tagged(piece *at, const char *open, const char *close, piece *val)
+{
+    piece s = trim(*at, "\n ");
+    size_t lo = strlen(open);
+    if (s.n < lo || memcmp(s.p, open, lo))
+        return NULL;
+    piece v = after(s, s.p, lo);
+    const char *e = find(v, close);
+    if (!e)
+        return NULL;
+    *val = before(v, e);
+    *at = after(v, e, strlen(close));
+    return e;
+}
+
+static void glm_calls(out *o, piece s, const json_t *tools)
+{
+    for (;;) {
+        const char *b = find(s, "<tool_call>");
+        if (!b) {
+            add_text(&o->content, trim(s, "\n"));
+            return;
+        }
+        add_text(&o->content, trim(before(s, b), "\n"));
+        piece rest = after(s, b, strlen("<tool_call>"));
+        const char *e = find(rest, "</tool_call>");
+        if (!e && o->partial)
+            return;
+        piece body = e ? before(rest, e) : rest;
+        const char *k0 = find(body, "<arg_key>");
+        piece name = trim(k0 ? before(body, k0) : body, "\n ");
+        if (!name.n) {
+            noted(o, "a %s block without a function name: kept as text", "<tool_call>");
+            add_text(&o->content, (piece){b, (size_t)(body.p + body.n - b)});
+        } else {
+            json_t *args = json_object();
+            piece at = k0 ? after(body, k0, 0) : (piece){body.p + body.n, 0};
+            piece key, val;
+            while (tagged(&at, "<arg_key>", "</arg_key>", &key)) {
+                if (!tagged(&at, "<arg_value>", "</arg_value>", &val)) {
+                    noted(o, "an <arg_key> without its <arg_value> in a call of %s: the rest of "
+                          "its arguments dropped", "a tool");
+                    break;
+                }
+                char *k = strndup(key.p, key.n);
+                json_t *jv = NULL;
+                if (k && strcmp(param_type(tools, name, k), "string"))
+                    jv = parse_json(val);
+                if (!jv)
+                    jv = json_stringn(val.p, val.n);
+                if (k)
+                    json_object_set_new(args, k, jv);
+                else
+                    json_decref(jv);
+                free(k);
+            }
+            char *a = dump(args);
+            add_call(o, name, a ? a : "{}");
+            free(a);
+            json_decref(args);
+        }
+        if (!e)
+            return;
+        s = after(rest, e, strlen("</tool_call>"));
+    }
+}
+
 /* ---- DeepSeek: <｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜> ------------------------------ */
 
 #define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
@@ -495,6 +569,7 @@ int ms_chat_parse(int format, const char *text, size_t len, const char *tools_js
     static const char *const qwen_ends[] = {"<|im_end|>", "<|endoftext|>", NULL};
     static const char *const ds_ends[] = {DS_EOS, NULL};
     static const char *const lc_ends[] = {"</longcat_s>", NULL};
+    static const char *const glm_ends[] = {"<|user|>", "<|observation|>", "<|endoftext|>", NULL};
     switch (format) {
     case MS_TOOLS_HARMONY:
         harmony(&o, s);
@@ -514,6 +589,10 @@ int ms_chat_parse(int format, const char *text, size_t len, const char *tools_js
         s = split_reasoning(&o, cut_end(s, lc_ends), "<longcat_think>", "</longcat_think>",
                             opens_reasoning);
         json_calls(&o, s, "<longcat_tool_call>", "</longcat_tool_call>");
+        break;
+    case MS_TOOLS_GLM45:
+        s = split_reasoning(&o, cut_end(s, glm_ends), "<think>", "</think>", opens_reasoning);
+        glm_calls(&o, s, tools);
         break;
     default:
         json_decref(tools);
@@ -568,6 +647,11 @@ int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_
     const char *open = opens_reasoning ? close_reasoning(format) : "";
     if (!pre || !sch) {
         ms_err_set(err, MS_E_NOMEM, "out of memory building a tool-call grammar");
+        goto out;
+    }
+    if (format == MS_TOOLS_GLM45) {
+        ms_err_set(err, MS_E_UNSUPPORTED, "tool_choice \"required\" or a named function is not "
+                   "supported for the glm45 call syntax yet (\"auto\" and \"none\" are)");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {

@@ -17,6 +17,7 @@ for t in "$D"/*.txt; do
   case $name in
     harmony_*) fmt=harmony ;; qwen3_coder_*) fmt=qwen3_coder ;; qwen3_*) fmt=qwen3 ;;
     deepseek_v3_1_*) fmt=deepseek_v3_1 ;; deepseek_v3_*) fmt=deepseek_v3 ;; longcat_*) fmt=longcat ;;
+    glm45_*) fmt=glm45 ;;
     *) fail "$name" "no format for this name"; continue ;;
   esac
   args=(--format "$fmt" --text-file "$t")
@@ -65,6 +66,7 @@ for t in "$D"/*.txt; do
   case $name in
     harmony_*) fmt=harmony ;; qwen3_coder_*) fmt=qwen3_coder ;; qwen3_*) fmt=qwen3 ;;
     deepseek_v3_1_*) fmt=deepseek_v3_1 ;; deepseek_v3_*) fmt=deepseek_v3 ;; longcat_*) fmt=longcat ;;
+    glm45_*) fmt=glm45 ;;
   esac
   extra=()
   [ -f "$D/$name.tools.json" ] && extra+=(--tools "$D/$name.tools.json")
@@ -111,7 +113,9 @@ if [ -n "$TD" ]; then
   folder ds31 deepseek_v3 "$TD/deepseek-ai-DeepSeek-V3.1.jinja"
   folder r1 deepseek_v3 "$TD/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
   folder goss gpt_oss "$TD/openai-gpt-oss-120b.jinja"
-  for c in "q3 qwen3" "coder qwen3_coder" "ds31 deepseek_v3_1" "r1 deepseek_v3" "goss harmony"; do
+  folder glm glm4_moe "$TD/GLM-4.6.jinja"
+  for c in "q3 qwen3" "coder qwen3_coder" "ds31 deepseek_v3_1" "r1 deepseek_v3" "goss harmony" \
+           "glm glm45"; do
     set -- $c
     "$BIN" parse "$W/$1" --text-file "$W/q.txt" >"$W/a.json" 2>"$W/a.err"
     grep -q "^moestream parse: $2 tool-call format$" "$W/a.err" && [ -s "$W/a.json" ] &&
