@@ -2,6 +2,7 @@
 #include "models/config.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "base/json.h"
 
@@ -19,6 +20,9 @@ int ms_cfg_read(const json_t *c, const char *file, const ms_cfg_key *keys, int n
                                       (int64_t *)f, err)
                      : ms_json_int_opt_in(c, file, k->key, (int64_t)k->lo, (int64_t)k->hi,
                                           (int64_t)k->def, (int64_t *)f, err);
+            if (rc == 0 && k->lo_open && *(int64_t *)f == 0 && json_object_get(c, k->key))
+                rc = ms_err_set(err, MS_E_FORMAT, "%s: \"%s\" is 0; leave it out to have it "
+                                "derived, or give a positive value", file, k->key);
             break;
         case MS_KEY_BOOL:
             rc = ms_json_bool_opt(c, file, k->key, (int)k->def, (int *)f, err);
@@ -34,6 +38,20 @@ int ms_cfg_read(const json_t *c, const char *file, const ms_cfg_key *keys, int n
         }
         if (rc)
             return -1;
+    }
+    return 0;
+}
+
+int ms_cfg_check_fixed(const json_t *c, const char *file, const char *family,
+                       const ms_cfg_fixed *fixed, int n, ms_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        const json_t *j = json_object_get(c, fixed[i].key);
+        const char *v = json_string_value(j);
+        if (j && (!v || strcmp(v, fixed[i].want) != 0))
+            return ms_err_set(err, MS_E_UNSUPPORTED, "%s: %s is %s%s%s (%s runs \"%s\")", file,
+                              fixed[i].key, v ? "\"" : "", v ? v : "not a string", v ? "\"" : "",
+                              family, fixed[i].want);
     }
     return 0;
 }

@@ -24,7 +24,9 @@ typedef struct ms_cfg_key {
     int required;       /* else `def` when absent */
     double def;
     double lo, hi;
-    int lo_open;        /* MS_KEY_NUM: lo itself refused */
+    int lo_open;        /* MS_KEY_NUM: lo itself refused; MS_KEY_INT: the default 0
+                         * stands for a value the family derives, and 0 written
+                         * in the file is refused */
     size_t off;         /* of the field in the family's struct */
 } ms_cfg_key;
 
@@ -33,6 +35,15 @@ typedef struct ms_cfg_key {
  * type or value out of range is an error naming it. */
 int ms_cfg_read(const json_t *c, const char *file, const ms_cfg_key *keys, int n, void *dst,
                 ms_err *err);
+
+/* String keys whose only supported value is upstream's: one present with
+ * another value is refused, naming the key, the value and what `family`
+ * runs. */
+typedef struct ms_cfg_fixed {
+    const char *key, *want;
+} ms_cfg_fixed;
+int ms_cfg_check_fixed(const json_t *c, const char *file, const char *family,
+                       const ms_cfg_fixed *fixed, int n, ms_err *err);
 
 /* "  key: value" for every key of the table, as read into src. */
 void ms_cfg_describe(const ms_cfg_key *keys, int n, const void *src, FILE *out);

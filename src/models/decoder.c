@@ -193,7 +193,8 @@ static int ffn(ms_decoder *dec, const ms_fwd *f, int l, const rows *r, ms_err *e
 }
 
 int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, int64_t n_mtp,
-                    ms_layer_fn *layer, void *fam, const ms_model_opts *opts, ms_err *err)
+                    ms_layer_fn *layer, ms_prepare_fn *prepare, void *fam,
+                    const ms_model_opts *opts, ms_err *err)
 {
     int n_layers = dec->base->n_layers;
     char n[160];
@@ -216,6 +217,9 @@ int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, 
     }
     if (opts->check_only || b->n_problems)
         return 0;
+    for (int l = 0; prepare && l < n_layers; l++)
+        if (prepare(fam, l, err))
+            return -1;
     return ms_decoder_alloc_scratch(dec, err);
 }
 

@@ -56,12 +56,17 @@ int ms_decoder_init(ms_decoder *dec, ms_model *base, int64_t d, int64_t vocab, f
                     ms_err *err);
 /* The family's description and binding of layer l (fam: the family's model). */
 typedef void ms_layer_fn(void *fam, ms_binder *b, int l);
+/* What a layer needs once bound, before the scratch is sized (MLA's
+ * absorbed matrices); 0 or -1 with err. */
+typedef int ms_prepare_fn(void *fam, int l, ms_err *err);
 /* Binds "<prefix>.embed_tokens.weight", every layer through `layer`,
  * "<prefix>.norm.weight" and "lm_head.weight" (the embedding when tie),
  * marks the n_mtp MTP layers after the last as knowingly ignored, and
- * (unless check-only or a problem was recorded) allocates the scratch. */
+ * (unless check-only or a problem was recorded) runs `prepare` (may be
+ * NULL) on every layer and allocates the scratch. */
 int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, int64_t n_mtp,
-                    ms_layer_fn *layer, void *fam, const ms_model_opts *opts, ms_err *err);
+                    ms_layer_fn *layer, ms_prepare_fn *prepare, void *fam,
+                    const ms_model_opts *opts, ms_err *err);
 /* Allocates the scratch for the layers as described; call after binding. */
 int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err);
 int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err);

@@ -34,102 +34,90 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "models/config.h"
 #include "models/decoder.h"
 
 typedef struct deepseek_v3 {
     ms_model base;
     /* hyper-parameters from config.json */
-    int64_t d, n_heads, q_lora, kv_lora, nope, rope_dim, v, vocab;
-    int64_t d_ff, d_ff_expert, n_shared, first_dense, n_mtp;
-    int n_experts, top_k, n_group, topk_group, norm_topk, tie, attn_bias, interleave;
+    int64_t n_layers, d, n_heads, n_kv, q_lora, kv_lora, nope, rope_dim, v, vocab, max_pos;
+    int64_t d_ff, d_ff_expert, n_shared, first_dense, n_mtp, moe_freq;
+    int64_t n_experts, top_k, n_group, topk_group;
+    int norm_topk, tie, attn_bias, interleave;
     double eps, rsf;
     ms_mla_rope_cfg rc;
     ms_rope rope;
     ms_decoder dec;
 } deepseek_v3;
 
-/* The keys whose only supported value is upstream's: refuse anything else. */
-static int check_fixed(const json_t *c, ms_err *err)
+#define K(key, type, req, def, lo, hi, field) \
+    {key, type, req, def, lo, hi, 0, offsetof(deepseek_v3, field)}
+static const ms_cfg_key keys[] = {
+    K("num_hidden_layers", MS_KEY_INT, 1, 0, 1, 4096, n_layers),
+    K("hidden_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, d),
+    K("num_attention_heads", MS_KEY_INT, 1, 0, 1, 65536, n_heads),
+    {"num_key_value_heads", MS_KEY_INT, 0, 0, 0, 65536, 1, offsetof(deepseek_v3, n_kv)},
+    K("q_lora_rank", MS_KEY_INT, 0, 0, 0, MS_CFG_MAX_DIM, q_lora), /* null: q_proj */
+    K("kv_lora_rank", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, kv_lora),
+    K("qk_nope_head_dim", MS_KEY_INT, 1, 0, 1, 65536, nope),
+    K("qk_rope_head_dim", MS_KEY_INT, 1, 0, 2, 65536, rope_dim),
+    K("v_head_dim", MS_KEY_INT, 1, 0, 1, 65536, v),
+    K("vocab_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_VOCAB, vocab),
+    K("intermediate_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, d_ff),
+    K("moe_intermediate_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, d_ff_expert),
+    K("n_routed_experts", MS_KEY_INT, 1, 0, 1, MS_ROUTER_MAX_EXPERTS, n_experts),
+    K("n_shared_experts", MS_KEY_INT, 0, 0, 0, MS_ROUTER_MAX_EXPERTS, n_shared),
+    K("num_experts_per_tok", MS_KEY_INT, 1, 0, 1, MS_ROUTER_MAX_EXPERTS, top_k),
+    K("n_group", MS_KEY_INT, 0, 1, 1, MS_ROUTER_MAX_GROUPS, n_group),
+    K("topk_group", MS_KEY_INT, 0, 1, 1, MS_ROUTER_MAX_GROUPS, topk_group),
+    K("first_k_dense_replace", MS_KEY_INT, 0, 0, 0, 4096, first_dense),
+    K("num_nextn_predict_layers", MS_KEY_INT, 0, 0, 0, 4096, n_mtp),
+    K("moe_layer_freq", MS_KEY_INT, 0, 1, 1, 4096, moe_freq),
+    K("max_position_embeddings", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_POS, max_pos),
+    K("norm_topk_prob", MS_KEY_BOOL, 0, 1, 0, 1, norm_topk),
+    K("tie_word_embeddings", MS_KEY_BOOL, 0, 0, 0, 1, tie),
+    K("attention_bias", MS_KEY_BOOL, 0, 0, 0, 1, attn_bias),
+    K("rope_interleave", MS_KEY_BOOL, 0, 1, 0, 1, interleave),
+    {"routed_scaling_factor", MS_KEY_NUM, 1, 0, 0, 1e4, 1, offsetof(deepseek_v3, rsf)},
+    {"rms_norm_eps", MS_KEY_NUM, 1, 0, 0, 0.5, 1, offsetof(deepseek_v3, eps)},
+};
+#undef K
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+
+static int read_config(deepseek_v3 *m, const json_t *c, ms_err *err)
 {
-    static const struct { const char *key, *want; } fixed[] = {
+    static const ms_cfg_fixed fixed[] = {
         {"hidden_act", "silu"}, {"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"},
     };
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        const char *v = json_string_value(json_object_get(c, fixed[i].key));
-        if (json_object_get(c, fixed[i].key) && (!v || strcmp(v, fixed[i].want) != 0))
-            return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: %s is %s%s%s (deepseek_v3 "
-                              "runs \"%s\")", fixed[i].key, v ? "\"" : "", v ? v : "not a string",
-                              v ? "\"" : "", fixed[i].want);
-    }
-    int64_t freq;
-    if (ms_json_int_opt_in(c, "config.json", "moe_layer_freq", 1, 4096, 1, &freq, err))
+    const char *f = "config.json";
+    if (ms_cfg_read(c, f, keys, N_KEYS, m, err) ||
+        ms_cfg_check_fixed(c, f, "deepseek_v3", fixed, 3, err))
         return -1;
-    if (freq != 1)
+    if (m->moe_freq != 1)
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: moe_layer_freq %lld (the "
                           "DeepSeek-V3 code makes every layer from first_k_dense_replace on "
-                          "MoE; only 1 is supported)", (long long)freq);
-    return 0;
-}
-
-static int read_config(deepseek_v3 *m, const json_t *c, int64_t *n_layers, ms_err *err)
-{
-    const char *f = "config.json";
-    int64_t kv_heads, e, k, g, tg;
-    if (ms_json_int_in(c, f, "num_hidden_layers", 1, 4096, n_layers, err) ||
-        ms_json_int_in(c, f, "hidden_size", 1, MS_CFG_MAX_DIM, &m->d, err) ||
-        ms_json_int_in(c, f, "num_attention_heads", 1, 65536, &m->n_heads, err) ||
-        ms_json_int_opt_in(c, f, "num_key_value_heads", 1, 65536, m->n_heads, &kv_heads, err) ||
-        ms_json_int_opt_in(c, f, "q_lora_rank",
-                           0, MS_CFG_MAX_DIM, 0, &m->q_lora, err) || /* null: q_proj */
-        ms_json_int_in(c, f, "kv_lora_rank", 1, MS_CFG_MAX_DIM, &m->kv_lora, err) ||
-        ms_json_int_in(c, f, "qk_nope_head_dim", 1, 65536, &m->nope, err) ||
-        ms_json_int_in(c, f, "qk_rope_head_dim", 2, 65536, &m->rope_dim, err) ||
-        ms_json_int_in(c, f, "v_head_dim", 1, 65536, &m->v, err) ||
-        ms_json_int_in(c, f, "vocab_size", 1, MS_CFG_MAX_VOCAB, &m->vocab, err) ||
-        ms_json_int_in(c, f, "intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff, err) ||
-        ms_json_int_in(c, f, "moe_intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff_expert, err) ||
-        ms_json_int_in(c, f, "n_routed_experts", 1, MS_ROUTER_MAX_EXPERTS, &e, err) ||
-        ms_json_int_opt_in(c, f, "n_shared_experts",
-                           0, MS_ROUTER_MAX_EXPERTS, 0, &m->n_shared, err) ||
-        ms_json_int_in(c, f, "num_experts_per_tok", 1, MS_ROUTER_MAX_EXPERTS, &k, err) ||
-        ms_json_int_opt_in(c, f, "n_group", 1, MS_ROUTER_MAX_GROUPS, 1, &g, err) ||
-        ms_json_int_opt_in(c, f, "topk_group", 1, MS_ROUTER_MAX_GROUPS, 1, &tg, err) ||
-        ms_json_int_opt_in(c, f, "first_k_dense_replace", 0, 4096, 0, &m->first_dense, err) ||
-        ms_json_int_opt_in(c, f, "num_nextn_predict_layers", 0, 4096, 0, &m->n_mtp, err) ||
-        ms_json_bool_opt(c, f, "norm_topk_prob", 1, &m->norm_topk, err) ||
-        ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
-        ms_json_range(f, "routed_scaling_factor", m->rsf, 0, 1e4, 1, err) ||
-        ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &m->tie, err) ||
-        ms_json_bool_opt(c, f, "attention_bias", 0, &m->attn_bias, err) ||
-        ms_json_bool_opt(c, f, "rope_interleave", 1, &m->interleave, err) ||
-        ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
-        ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
-        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err) ||
-        check_fixed(c, err))
-        return -1;
-    m->n_experts = (int)e;
-    m->top_k = (int)k;
-    m->n_group = (int)g;
-    m->topk_group = (int)tg;
-    if (kv_heads != m->n_heads)
+                          "MoE; only 1 is supported)", (long long)m->moe_freq);
+    if (m->n_kv && m->n_kv != m->n_heads)
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: num_key_value_heads %lld != "
                           "num_attention_heads %lld (MLA has one latent for all heads)",
-                          (long long)kv_heads, (long long)m->n_heads);
+                          (long long)m->n_kv, (long long)m->n_heads);
     /* every dimension has its range above; these are the relations */
     if (ms_json_check_multiple(f, "qk_rope_head_dim", m->rope_dim, 2, "RoPE turns pairs", err) ||
-        ms_json_check_multiple(f, "n_routed_experts", e, g, "n_group: groups of equal size",
-                               err) ||
-        ms_json_check_int(f, "topk_group", tg, 1, g, err) ||
-        ms_json_check_int(f, "num_experts_per_tok", k, 1, tg * (e / g), err) ||
-        ms_json_check_int(f, "first_k_dense_replace", m->first_dense, 0, *n_layers, err))
+        ms_json_check_multiple(f, "n_routed_experts", m->n_experts, m->n_group,
+                               "n_group: groups of equal size", err) ||
+        ms_json_check_int(f, "topk_group", m->topk_group, 1, m->n_group, err) ||
+        ms_json_check_int(f, "num_experts_per_tok", m->top_k, 1,
+                          m->topk_group * (m->n_experts / m->n_group), err) ||
+        ms_json_check_int(f, "first_k_dense_replace", m->first_dense, 0, m->n_layers, err))
         return -1;
     return 0;
 }
 
 /* Layer l's graph: MLA; dense MLP below first_k_dense_replace, else the
  * sigmoid group router, routed experts and the shared experts. */
-static void describe_layer(deepseek_v3 *m, int l)
+static void layer(void *fam, ms_binder *b, int l)
 {
+    deepseek_v3 *m = fam;
     ms_decoder_layer *L = &m->dec.layers[l];
     ms_mla *a = &L->mla;
     L->use_mla = 1;
@@ -139,22 +127,18 @@ static void describe_layer(deepseek_v3 *m, int l)
                   .kv_scale = 1.0f, .rope_tab = &m->rope};
     a->scale = (float)(1.0 / sqrt((double)(m->nope + m->rope_dim)) * m->rc.scale_mult);
     L->is_moe = l >= m->first_dense;
-    L->router = (ms_router){.kind = MS_ROUTER_SIGMOID_GROUP, .n_experts = m->n_experts,
-                            .top_k = m->top_k, .norm_topk = m->norm_topk,
-                            .n_group = m->n_group, .topk_group = m->topk_group,
+    L->router = (ms_router){.kind = MS_ROUTER_SIGMOID_GROUP, .n_experts = (int)m->n_experts,
+                            .top_k = (int)m->top_k, .norm_topk = m->norm_topk,
+                            .n_group = (int)m->n_group, .topk_group = (int)m->topk_group,
                             .routed_scale = (float)m->rsf};
-    L->moe = (ms_moe){.layer = l, .n_experts = m->n_experts, .top_k = m->top_k,
+    L->moe = (ms_moe){.layer = l, .n_experts = (int)m->n_experts, .top_k = (int)m->top_k,
                       .d_model = m->d, .d_ff = m->d_ff_expert, .ffn = MS_FFN_SWIGLU};
     L->shared = (ms_mlp){.d_model = m->d, .d_ff = m->n_shared * m->d_ff_expert};
     L->mlp = (ms_mlp){.d_model = m->d, .d_ff = m->d_ff};
     m->base.kv_row[l] = ms_mla_kv_row(a);
     m->base.kv_group[l] = ms_mla_kv_group(a);
     m->base.kv_plane[l] = ms_mla_kv_row(a);
-}
 
-static void bind_layer(deepseek_v3 *m, ms_binder *b, int l)
-{
-    ms_decoder_layer *L = &m->dec.layers[l];
     char p[160], n[256];
     float *v;
     snprintf(p, sizeof p, "model.layers.%d", l);
@@ -178,56 +162,33 @@ static void bind_layer(deepseek_v3 *m, ms_binder *b, int l)
         ms_mlp_bind(&L->shared, b, n, MS_ROLE_DENSE, NULL);
     }
     snprintf(n, sizeof n, "%s.mlp.experts", p);
-    ms_moe_bind_experts(b, m->base.experts, l, n, m->n_experts, m->d, m->d_ff_expert);
+    ms_moe_bind_experts(b, m->base.experts, l, n, (int)m->n_experts, m->d, m->d_ff_expert);
 }
 
-/* Binds everything and, for a runnable model, prepares the absorbed MLA. */
-static int bind_model(deepseek_v3 *m, ms_binder *b, const ms_model_opts *opts, ms_err *err)
+/* A bound layer's absorbed MLA. */
+static int prepare(void *fam, int l, ms_err *err)
 {
-    int n_layers = m->base.n_layers;
-    char n[64];
-    ms_bind_plain_linear(b, MS_ROLE_EMBED, "model.embed_tokens.weight", m->vocab, m->d,
-                         MS_DTYPE_BF16, &m->dec.embed);
-    for (int l = 0; l < n_layers; l++) {
-        describe_layer(m, l);
-        bind_layer(m, b, l);
-    }
-    float *v;
-    ms_bind_vector(b, MS_ROLE_DENSE, "model.norm.weight", m->d, &v);
-    m->dec.final_norm = v;
-    if (m->tie)
-        m->dec.lm_head = m->dec.embed;
-    else
-        ms_bind_plain_linear(b, MS_ROLE_DENSE, "lm_head.weight", m->vocab, m->d, MS_DTYPE_BF16,
-                             &m->dec.lm_head);
-    for (int64_t i = 0; i < m->n_mtp; i++) { /* the MTP layers: not the main model */
-        snprintf(n, sizeof n, "model.layers.%lld.", (long long)(n_layers + i));
-        ms_bind_ignore_prefix(b, n);
-    }
-    if (opts->check_only || b->n_problems)
-        return 0;
-    for (int l = 0; l < n_layers; l++)
-        if (ms_mla_prepare(&m->dec.layers[l].mla, &m->base.arena, err))
-            return -1;
-    return ms_decoder_alloc_scratch(&m->dec, err);
+    deepseek_v3 *m = fam;
+    return ms_mla_prepare(&m->dec.layers[l].mla, &m->base.arena, err);
 }
 
 static int deepseek_v3_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *opts,
                             ms_model **out, ms_err *err)
 {
-    int64_t n_layers;
     deepseek_v3 tmp = {0};
     *out = NULL;
-    if (read_config(&tmp, ck->config, &n_layers, err))
+    if (read_config(&tmp, ck->config, err))
         return -1;
-    deepseek_v3 *m = ms_model_create(&tmp, sizeof *m, &ms_family_deepseek_v3, (int)n_layers, tmp.d, tmp.vocab,
-                            tmp.n_experts, tmp.top_k, opts, b, err);
+    deepseek_v3 *m = ms_model_create(&tmp, sizeof *m, &ms_family_deepseek_v3, (int)tmp.n_layers,
+                                     tmp.d, tmp.vocab, (int)tmp.n_experts, (int)tmp.top_k, opts,
+                                     b, err);
     if (!m)
         return -1;
+    m->base.max_ctx = m->max_pos;
     if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         ms_mla_read_rope(ck->config, (int)m->rope_dim, m->interleave, &m->rope, &m->rc, err) ||
-        ms_expert_store_open((int)n_layers, m->n_experts, 3, &m->base.experts, err) ||
-        bind_model(m, b, opts, err)) {
+        ms_expert_store_open((int)m->n_layers, (int)m->n_experts, 3, &m->base.experts, err) ||
+        ms_decoder_bind(&m->dec, b, "model", m->tie, m->n_mtp, layer, prepare, m, opts, err)) {
         ms_model_free(&m->base);
         return -1;
     }
@@ -238,18 +199,8 @@ static int deepseek_v3_open(const ms_checkpoint *ck, ms_binder *b, const ms_mode
 static void deepseek_v3_describe(const ms_model *mb, FILE *out)
 {
     const deepseek_v3 *m = (const deepseek_v3 *)mb;
-    fprintf(out, "  hidden_size: %lld\n  num_hidden_layers: %d (first_k_dense_replace %lld, "
-            "MTP layers ignored: %lld)\n", (long long)m->d, mb->n_layers,
-            (long long)m->first_dense, (long long)m->n_mtp);
+    ms_cfg_describe(keys, N_KEYS, mb, out);
     ms_mla_describe(&m->dec.layers[0].mla, &m->rc, out);
-    fprintf(out, "  intermediate_size: %lld\n  moe_intermediate_size: %lld\n",
-            (long long)m->d_ff, (long long)m->d_ff_expert);
-    fprintf(out, "  n_routed_experts: %d\n  n_shared_experts: %lld\n  num_experts_per_tok: %d "
-            "(n_group %d, topk_group %d, sigmoid, norm_topk_prob %s, routed_scaling_factor "
-            "%g)\n", m->n_experts, (long long)m->n_shared, m->top_k, m->n_group, m->topk_group,
-            m->norm_topk ? "true" : "false", m->rsf);
-    fprintf(out, "  vocab_size: %lld\n  max_position_embeddings: %lld\n  rms_norm_eps: %g\n",
-            (long long)m->vocab, (long long)mb->max_ctx, m->eps);
 }
 
 static int deepseek_v3_forward(ms_model *mb, const ms_fwd *f, ms_err *err)

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "models/family.h"
+#include "models/config.h"
 #include "models/decoder.h"
 #include "models/ops.h"
 
@@ -28,57 +28,69 @@
 typedef struct gpt_oss {
     ms_model base;
     /* hyper-parameters from config.json */
-    int64_t d, n_heads, n_kv_heads, head_dim, d_ff, vocab;
-    int n_experts, top_k;
-    int64_t window;
+    int64_t n_layers, d, n_heads, n_kv_heads, head_dim, d_ff, vocab, n_experts, top_k;
+    int64_t window, max_pos;
+    int tie;
     double rope_theta, eps, swiglu_limit;
+    const json_t *layer_types;   /* borrowed from the config; NULL: even layers slide */
     ms_yarn yarn;
     int use_yarn;
     ms_rope rope;
     ms_decoder dec;
 } gpt_oss;
 
+#define K(key, type, req, def, lo, hi, field) {key, type, req, def, lo, hi, 0, offsetof(gpt_oss, field)}
+static const ms_cfg_key keys[] = {
+    K("num_hidden_layers", MS_KEY_INT, 1, 0, 1, 4096, n_layers),
+    K("hidden_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, d),
+    K("num_attention_heads", MS_KEY_INT, 1, 0, 1, 65536, n_heads),
+    K("num_key_value_heads", MS_KEY_INT, 1, 0, 1, 65536, n_kv_heads),
+    K("head_dim", MS_KEY_INT, 1, 0, 1, 65536, head_dim),
+    K("intermediate_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, d_ff),
+    K("vocab_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_VOCAB, vocab),
+    K("num_local_experts", MS_KEY_INT, 1, 0, 1, MS_ROUTER_MAX_EXPERTS, n_experts),
+    K("sliding_window", MS_KEY_INT, 1, 0, 0, MS_CFG_MAX_POS, window),
+    K("max_position_embeddings", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_POS, max_pos),
+    K("tie_word_embeddings", MS_KEY_BOOL, 0, 0, 0, 1, tie),
+    {"rope_theta", MS_KEY_NUM, 1, 0, 0, 1e12, 1, offsetof(gpt_oss, rope_theta)},
+    {"rms_norm_eps", MS_KEY_NUM, 1, 0, 0, 0.5, 1, offsetof(gpt_oss, eps)},
+    {"swiglu_limit", MS_KEY_NUM, 0, 7.0, 0, 1e6, 1, offsetof(gpt_oss, swiglu_limit)},
+};
+#undef K
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+
 /* Reads the hyper-parameters; errors name the key. */
-static int read_config(gpt_oss *m, const json_t *c, int64_t *n_layers, ms_err *err)
+static int read_config(gpt_oss *m, const json_t *c, ms_err *err)
 {
     const char *f = "config.json";
-    int64_t e, k, tie;
-    if (ms_json_int_in(c, f, "num_hidden_layers", 1, 4096, n_layers, err) ||
-        ms_json_int_in(c, f, "hidden_size", 1, MS_CFG_MAX_DIM, &m->d, err) ||
-        ms_json_int_in(c, f, "num_attention_heads", 1, 65536, &m->n_heads, err) ||
-        ms_json_int_in(c, f, "num_key_value_heads", 1, 65536, &m->n_kv_heads, err) ||
-        ms_json_int_in(c, f, "head_dim", 1, 65536, &m->head_dim, err) ||
-        ms_json_int_in(c, f, "intermediate_size", 1, MS_CFG_MAX_DIM, &m->d_ff, err) ||
-        ms_json_int_in(c, f, "vocab_size", 1, MS_CFG_MAX_VOCAB, &m->vocab, err) ||
-        ms_json_int_in(c, f, "num_local_experts", 1, MS_ROUTER_MAX_EXPERTS, &e, err) ||
-        ms_json_int_in(c, f, "sliding_window", 0, MS_CFG_MAX_POS, &m->window, err) ||
-        ms_json_num(c, f, "rope_theta", &m->rope_theta, err) ||
-        ms_json_range(f, "rope_theta", m->rope_theta, 0, 1e12, 1, err) ||
-        ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
-        ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
-        ms_json_num_opt(c, f, "swiglu_limit", 7.0, &m->swiglu_limit, err) ||
-        ms_json_range(f, "swiglu_limit", m->swiglu_limit, 0, 1e6, 1, err) ||
-        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err))
+    if (ms_cfg_read(c, f, keys, N_KEYS, m, err))
         return -1;
     /* HF names it num_experts_per_tok; the original config experts_per_token */
-    if (ms_json_int_either(c, f, "num_experts_per_tok", "experts_per_token", &k, err))
+    if (ms_json_int_either(c, f, "num_experts_per_tok", "experts_per_token", &m->top_k, err))
         return -1;
-    int itie;
-    if (ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &itie, err))
-        return -1;
-    tie = itie;
-    if (tie)
+    if (m->tie)
         return ms_err_set(err, MS_E_UNSUPPORTED,
                           "config.json: tie_word_embeddings is true; gpt_oss releases ship "
                           "a separate lm_head");
-    m->n_experts = (int)e;
-    m->top_k = (int)k;
     /* every dimension has its range above; these are the relations */
-    if (ms_json_check_int(f, "num_experts_per_tok", k, 1, e, err) ||
+    if (ms_json_check_int(f, "num_experts_per_tok", m->top_k, 1, m->n_experts, err) ||
         ms_json_check_multiple(f, "num_attention_heads", m->n_heads, m->n_kv_heads,
                                "num_key_value_heads: heads share KV heads in equal groups",
                                err))
         return -1;
+    /* per-layer attention type (HF default when absent: even layers slide) */
+    const json_t *lt = json_object_get(c, "layer_types");
+    m->layer_types = lt && !json_is_null(lt) ? lt : NULL;
+    if (m->layer_types && (!json_is_array(lt) || json_array_size(lt) != (size_t)m->n_layers))
+        return ms_err_set(err, MS_E_FORMAT, "config.json: layer_types must list %lld strings",
+                          (long long)m->n_layers);
+    for (size_t l = 0; m->layer_types && l < json_array_size(lt); l++) {
+        const char *s = json_string_value(json_array_get(lt, l));
+        if (!s || (strcmp(s, "sliding_attention") && strcmp(s, "full_attention")))
+            return ms_err_set(err, MS_E_FORMAT, "config.json: layer_types[%zu] = \"%s\" "
+                              "(expected sliding_attention or full_attention)", l,
+                              s ? s : "not a string");
+    }
     return 0;
 }
 
@@ -107,185 +119,83 @@ static int read_rope(gpt_oss *m, const json_t *c, ms_err *err)
     return ms_rope_init_yarn(&m->rope, (int)m->head_dim, m->rope_theta, y, MS_ROPE_HALF, err);
 }
 
-/* Per-layer attention type from layer_types (HF default: even layers slide). */
-static int layer_window(gpt_oss *m, const json_t *c, int l, int64_t *window, ms_err *err)
-{
-    const json_t *lt = json_object_get(c, "layer_types");
-    if (!lt || json_is_null(lt)) {
-        *window = l % 2 == 0 ? m->window : 0;
-        return 0;
-    }
-    const char *s = json_string_value(json_array_get(lt, (size_t)l));
-    if (!json_is_array(lt) || json_array_size(lt) != (size_t)m->base.n_layers || !s)
-        return ms_err_set(err, MS_E_FORMAT,
-                          "config.json: layer_types must list %d strings", m->base.n_layers);
-    if (strcmp(s, "sliding_attention") == 0)
-        *window = m->window;
-    else if (strcmp(s, "full_attention") == 0)
-        *window = 0;
-    else
-        return ms_err_set(err, MS_E_FORMAT, "config.json: layer_types[%d] = \"%s\" "
-                          "(expected sliding_attention or full_attention)", l, s);
-    return 0;
-}
-
-static void bind_layer(gpt_oss *m, ms_binder *b, int l, ms_mat *experts, ms_span *spans)
-{
-    ms_decoder_layer *L = &m->dec.layers[l];
-    char p[160], n[200];
-    int64_t qd = m->n_heads * m->head_dim, kd = m->n_kv_heads * m->head_dim, d = m->d;
-    int64_t E = m->n_experts, ff = m->d_ff;
-    float *v;
-    snprintf(p, sizeof p, "model.layers.%d", l);
-
-#define VEC(field, suffix, len)                                                 \
-    do {                                                                        \
-        snprintf(n, sizeof n, "%s.%s", p, suffix);                              \
-        ms_bind_vector(b, MS_ROLE_DENSE, n, len, &v);                           \
-        field = v;                                                              \
-    } while (0)
-#define LIN(mat, suffix, rows, cols)                                            \
-    do {                                                                        \
-        snprintf(n, sizeof n, "%s.%s", p, suffix);                              \
-        ms_bind_linear(b, MS_ROLE_DENSE, n, rows, cols, &mat, NULL);            \
-    } while (0)
-
-    VEC(L->attn_norm, "input_layernorm.weight", d);
-    VEC(L->ffn_norm, "post_attention_layernorm.weight", d);
-    LIN(L->attn.wq, "self_attn.q_proj", qd, d);
-    LIN(L->attn.wk, "self_attn.k_proj", kd, d);
-    LIN(L->attn.wv, "self_attn.v_proj", kd, d);
-    LIN(L->attn.wo, "self_attn.o_proj", d, qd);
-    VEC(L->attn.bq, "self_attn.q_proj.bias", qd);
-    VEC(L->attn.bk, "self_attn.k_proj.bias", kd);
-    VEC(L->attn.bv, "self_attn.v_proj.bias", kd);
-    VEC(L->attn.bo, "self_attn.o_proj.bias", d);
-    VEC(L->attn.sinks, "self_attn.sinks", m->n_heads);
-    LIN(L->router.w, "mlp.router", E, d);
-    VEC(L->router.bias, "mlp.router.bias", E);
-
-    /* experts: fused tensors [E][...] in MXFP4, biases [E][...] */
-    char bl[200], sc[200];
-    snprintf(bl, sizeof bl, "%s.mlp.experts.gate_up_proj_blocks", p);
-    snprintf(sc, sizeof sc, "%s.mlp.experts.gate_up_proj_scales", p);
-    int ok = ms_bind_mxfp4_experts(b, bl, sc, E, 2 * ff, d, experts, spans) == 0;
-    snprintf(bl, sizeof bl, "%s.mlp.experts.down_proj_blocks", p);
-    snprintf(sc, sizeof sc, "%s.mlp.experts.down_proj_scales", p);
-    ok &= ms_bind_mxfp4_experts(b, bl, sc, E, d, ff, experts + E, spans + 2 * E) == 0;
-    snprintf(n, sizeof n, "%s.mlp.experts.gate_up_proj_bias", p);
-    ms_bind_matrix_f32(b, MS_ROLE_EXPERT, n, E, 2 * ff, &v);
-    L->moe.gate_up_bias = v;
-    snprintf(n, sizeof n, "%s.mlp.experts.down_proj_bias", p);
-    ms_bind_matrix_f32(b, MS_ROLE_EXPERT, n, E, d, &v);
-    L->moe.down_bias = v;
-#undef VEC
-#undef LIN
-    for (int64_t e = 0; ok && e < E; e++) {
-        ms_mat mats[2] = {experts[e], experts[E + e]};
-        ms_span sp[4] = {spans[2 * e], spans[2 * e + 1], spans[2 * E + 2 * e],
-                         spans[2 * E + 2 * e + 1]};
-        ms_expert_store_set(m->base.experts, l, (int)e, mats, sp);
-    }
-}
-
-/* Layer l's graph: GQA with biases, sinks and its window; the gpt_oss router;
+/* Layer l: GQA with biases, sinks and its window; the gpt_oss router;
  * MXFP4 experts with the clipped SwiGLU. */
-static void describe_layer(gpt_oss *m, int l, int64_t window)
+static void layer(void *fam, ms_binder *b, int l)
 {
+    gpt_oss *m = fam;
     ms_decoder_layer *L = &m->dec.layers[l];
     ms_gqa *a = &L->attn;
-    a->n_heads = (int)m->n_heads;
-    a->n_kv_heads = (int)m->n_kv_heads;
-    a->head_dim = (int)m->head_dim;
-    a->d_model = m->d;
-    a->window = window;
-    a->scale = (float)(1.0 / sqrt((double)m->head_dim));
-    a->rope = &m->rope;
+    const char *type = json_string_value(json_array_get(m->layer_types, (size_t)l));
+    int64_t window = (type ? !strcmp(type, "sliding_attention") : l % 2 == 0) ? m->window : 0;
+    *a = (ms_gqa){.n_heads = (int)m->n_heads, .n_kv_heads = (int)m->n_kv_heads,
+                  .head_dim = (int)m->head_dim, .d_model = m->d, .window = window,
+                  .scale = (float)(1.0 / sqrt((double)m->head_dim)), .rope = &m->rope};
     L->is_moe = 1;
-    L->router.kind = MS_ROUTER_TOPK_SOFTMAX;
-    L->router.n_experts = m->n_experts;
-    L->router.top_k = m->top_k;
-    ms_moe *e = &L->moe;
-    e->layer = l;
-    e->n_experts = m->n_experts;
-    e->top_k = m->top_k;
-    e->d_model = m->d;
-    e->d_ff = m->d_ff;
-    e->ffn = MS_FFN_OAI_CLAMPED;
-    e->alpha = GPT_OSS_SWIGLU_ALPHA;
-    e->limit = (float)m->swiglu_limit;
+    L->router = (ms_router){.kind = MS_ROUTER_TOPK_SOFTMAX, .n_experts = (int)m->n_experts,
+                            .top_k = (int)m->top_k};
+    L->moe = (ms_moe){.layer = l, .n_experts = (int)m->n_experts, .top_k = (int)m->top_k,
+                      .d_model = m->d, .d_ff = m->d_ff, .ffn = MS_FFN_OAI_CLAMPED,
+                      .alpha = GPT_OSS_SWIGLU_ALPHA, .limit = (float)m->swiglu_limit};
     m->base.kv_row[l] = ms_gqa_kv_row(a);
     m->base.kv_group[l] = a->head_dim;
     m->base.kv_plane[l] = a->head_dim;
     m->base.kv_window[l] = window;
+
+    char p[64], n[128];
+    float *v;
+    snprintf(p, sizeof p, "model.layers.%d", l);
+    snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
+    ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
+    L->attn_norm = v;
+    snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
+    ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
+    L->ffn_norm = v;
+    snprintf(n, sizeof n, "%s.self_attn", p);
+    ms_gqa_bind(a, b, n, 1, 1, 0);
+    snprintf(n, sizeof n, "%s.self_attn.sinks", p);
+    ms_bind_vector(b, MS_ROLE_DENSE, n, m->n_heads, &v);
+    a->sinks = v;
+    snprintf(n, sizeof n, "%s.mlp.router", p);
+    ms_bind_linear(b, MS_ROLE_DENSE, n, m->n_experts, m->d, &L->router.w, NULL);
+    snprintf(n, sizeof n, "%s.mlp.router.bias", p);
+    ms_bind_vector(b, MS_ROLE_DENSE, n, m->n_experts, &v);
+    L->router.bias = v;
+    snprintf(n, sizeof n, "%s.mlp.experts", p);
+    ms_moe_bind_mxfp4(&L->moe, b, m->base.experts, n);
 }
 
 static int gpt_oss_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *opts,
                         ms_model **out, ms_err *err)
 {
-    int64_t n_layers;
     gpt_oss tmp = {0};
     *out = NULL;
-    if (read_config(&tmp, ck->config, &n_layers, err))
+    if (read_config(&tmp, ck->config, err))
         return -1;
-    gpt_oss *m = ms_model_create(&tmp, sizeof *m, &ms_family_gpt_oss, (int)n_layers, tmp.d, tmp.vocab,
-                            tmp.n_experts, tmp.top_k, opts, b, err);
+    gpt_oss *m = ms_model_create(&tmp, sizeof *m, &ms_family_gpt_oss, (int)tmp.n_layers, tmp.d,
+                                 tmp.vocab, (int)tmp.n_experts, (int)tmp.top_k, opts, b, err);
     if (!m)
         return -1;
-    int64_t E = m->n_experts;
-    ms_mat *ex = NULL;
-    ms_span *sp = NULL;
+    m->base.max_ctx = m->max_pos;
     if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         read_rope(m, ck->config, err) ||
-        ms_expert_store_open((int)n_layers, (int)E, 2, &m->base.experts, err))
-        goto fail;
-    ex = ms_malloc(sizeof *ex * (size_t)(2 * E), "expert views", err);
-    sp = ms_malloc(sizeof *sp * (size_t)(4 * E), "expert spans", err);
-    if (!ex || !sp)
-        goto fail;
-    ms_bind_linear(b, MS_ROLE_EMBED, "model.embed_tokens", m->vocab, m->d, &m->dec.embed, NULL);
-    for (int l = 0; l < (int)n_layers; l++) {
-        int64_t window = 0;
-        if (layer_window(m, ck->config, l, &window, err))
-            goto fail;
-        describe_layer(m, l, window);
-        bind_layer(m, b, l, ex, sp);
+        ms_expert_store_open((int)m->n_layers, (int)m->n_experts, 2, &m->base.experts, err) ||
+        ms_decoder_bind(&m->dec, b, "model", 0, 0, layer, NULL, m, opts, err)) {
+        ms_model_free(&m->base);
+        return -1;
     }
-    float *v;
-    ms_bind_vector(b, MS_ROLE_DENSE, "model.norm.weight", m->d, &v);
-    m->dec.final_norm = v;
-    ms_bind_linear(b, MS_ROLE_DENSE, "lm_head", m->vocab, m->d, &m->dec.lm_head, NULL);
-    free(ex);
-    free(sp);
-    ex = NULL;
-    sp = NULL;
-    if (!opts->check_only && ms_decoder_alloc_scratch(&m->dec, err))
-        goto fail;
     *out = &m->base;
     return 0;
-fail:
-    free(ex);
-    free(sp);
-    ms_model_free(&m->base);
-    return -1;
 }
 
 static void gpt_oss_describe(const ms_model *mb, FILE *out)
 {
     const gpt_oss *m = (const gpt_oss *)mb;
-    fprintf(out, "  hidden_size: %lld\n  num_hidden_layers: %d\n", (long long)m->d,
-            mb->n_layers);
-    fprintf(out, "  num_attention_heads: %lld\n  num_key_value_heads: %lld\n  head_dim: %lld\n",
-            (long long)m->n_heads, (long long)m->n_kv_heads, (long long)m->head_dim);
-    fprintf(out, "  intermediate_size: %lld\n  num_local_experts: %d\n  experts_per_token: %d\n",
-            (long long)m->d_ff, m->n_experts, m->top_k);
-    fprintf(out, "  vocab_size: %lld\n  max_position_embeddings: %lld\n", (long long)m->vocab,
-            (long long)mb->max_ctx);
-    fprintf(out, "  sliding_window: %lld\n  layer_types:", (long long)m->window);
+    ms_cfg_describe(keys, N_KEYS, mb, out);
+    fprintf(out, "  experts_per_token: %lld\n  layer_types:", (long long)m->top_k);
     for (int l = 0; l < mb->n_layers; l++)
         fprintf(out, " %s", mb->kv_window[l] ? "sliding" : "full");
-    fprintf(out, "\n  rope_theta: %g\n  rms_norm_eps: %g\n  swiglu_limit: %g (alpha %g)\n",
-            m->rope_theta, m->eps, m->swiglu_limit, (double)GPT_OSS_SWIGLU_ALPHA);
+    fprintf(out, "\n  swiglu alpha: %g\n", (double)GPT_OSS_SWIGLU_ALPHA);
     if (m->use_yarn)
         fprintf(out, "  rope_scaling: yarn factor %g beta_fast %g beta_slow %g "
                 "original_max_position_embeddings %g truncate %s (attention factor %.6f)\n",

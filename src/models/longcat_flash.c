@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "models/config.h"
 #include "models/mla.h"
 #include "models/moe.h"
 #include "models/ops.h"
@@ -61,20 +62,9 @@ typedef struct longcat {
     int32_t *topi;
 } longcat;
 
-static int check_fixed(const json_t *c, ms_err *err)
-{
-    static const struct { const char *key, *want; } fixed[] = {
-        {"hidden_act", "silu"}, {"zero_expert_type", "identity"}, {"attention_method", "MLA"},
-    };
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        const char *v = json_string_value(json_object_get(c, fixed[i].key));
-        if (json_object_get(c, fixed[i].key) && (!v || strcmp(v, fixed[i].want) != 0))
-            return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: %s is %s%s%s (longcat_flash "
-                              "runs \"%s\")", fixed[i].key, v ? "\"" : "", v ? v : "not a string",
-                              v ? "\"" : "", fixed[i].want);
-    }
-    return 0;
-}
+static const ms_cfg_fixed fixed[] = {
+    {"hidden_act", "silu"}, {"zero_expert_type", "identity"}, {"attention_method", "MLA"},
+};
 
 static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *err)
 {
@@ -110,7 +100,7 @@ static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *e
         ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
         ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
         ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err) ||
-        check_fixed(c, err))
+        ms_cfg_check_fixed(c, f, "longcat_flash", fixed, 3, err))
         return -1;
     m->n_experts = (int)e;
     m->n_zero = (int)z;

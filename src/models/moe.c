@@ -176,6 +176,45 @@ int ms_mlp_bind(ms_mlp *mlp, ms_binder *b, const char *prefix, ms_role role, ms_
     return b->n_problems - before;
 }
 
+int ms_moe_bind_mxfp4(ms_moe *m, ms_binder *b, ms_expert_store *st, const char *prefix)
+{
+    int64_t E = m->n_experts, ff = m->d_ff, d = m->d_model;
+    int before = b->n_problems;
+    ms_err err = {0};
+    /* the fused tensors bind matrix-major: [gate_up of every expert | down of every expert] */
+    ms_mat *mats = ms_malloc(sizeof *mats * (size_t)(2 * E), "expert views", &err);
+    ms_span *spans = ms_malloc(sizeof *spans * (size_t)(4 * E), "expert spans", &err);
+    char bl[256], sc[256];
+    float *v;
+    if (!mats || !spans) {
+        ms_bind_problem(b, "%s: %s", prefix, err.msg);
+        free(mats);
+        free(spans);
+        return b->n_problems - before;
+    }
+    snprintf(bl, sizeof bl, "%s.gate_up_proj_blocks", prefix);
+    snprintf(sc, sizeof sc, "%s.gate_up_proj_scales", prefix);
+    int ok = ms_bind_mxfp4_experts(b, bl, sc, E, 2 * ff, d, mats, spans) == 0;
+    snprintf(bl, sizeof bl, "%s.down_proj_blocks", prefix);
+    snprintf(sc, sizeof sc, "%s.down_proj_scales", prefix);
+    ok &= ms_bind_mxfp4_experts(b, bl, sc, E, d, ff, mats + E, spans + 2 * E) == 0;
+    snprintf(bl, sizeof bl, "%s.gate_up_proj_bias", prefix);
+    ms_bind_matrix_f32(b, MS_ROLE_EXPERT, bl, E, 2 * ff, &v);
+    m->gate_up_bias = v;
+    snprintf(bl, sizeof bl, "%s.down_proj_bias", prefix);
+    ms_bind_matrix_f32(b, MS_ROLE_EXPERT, bl, E, d, &v);
+    m->down_bias = v;
+    for (int64_t e = 0; ok && e < E; e++) { /* expert-major for the store */
+        ms_mat two[2] = {mats[e], mats[E + e]};
+        ms_span sp[4] = {spans[2 * e], spans[2 * e + 1], spans[2 * E + 2 * e],
+                         spans[2 * E + 2 * e + 1]};
+        ms_expert_store_set(st, m->layer, (int)e, two, sp);
+    }
+    free(mats);
+    free(spans);
+    return b->n_problems - before;
+}
+
 int ms_router_bind_sigmoid(ms_router *r, ms_binder *b, const char *prefix, int64_t d)
 {
     char n[256];

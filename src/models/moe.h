@@ -95,6 +95,12 @@ typedef struct ms_moe {
     float alpha, limit;         /* OAI: 1.702, swiglu_limit */
 } ms_moe;
 
+/* gpt_oss's fused MXFP4 experts of layer m->layer: "<prefix>.gate_up_proj_{blocks,
+ * scales,bias}" [E][2 d_ff][...] and "<prefix>.down_proj_{blocks,scales,bias}"
+ * [E][d_model][...]; the biases into m, each expert's two matrices into the
+ * store (not in collect mode). Returns the number of problems recorded. */
+int ms_moe_bind_mxfp4(ms_moe *m, ms_binder *b, ms_expert_store *st, const char *prefix);
+
 /* Decode prefetch: predicts the experts the next MoE layer will ask for from
  * the residuals x [n][d] of a step's rows (next layer's norm, then its
  * router: Picchio's proxy B, ~89% right on gpt-oss-20b from the residual

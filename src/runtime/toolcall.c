@@ -306,7 +306,33 @@ static const char *param_type(const json_t *tools, piece fn, const char *param)
     return "string";
 }
 
-static void coder_calls(out *o, piece s, const json_t *tools)
+/* args[key] = val: JSON unless the tool's schema says the parameter is a
+ * string (or val is not JSON); key NULL (out of memory) sets nothing. */
+static void set_arg(json_t *args, const json_t *tools, piece fn, const char *key, piece val)
+{
+    json_t *jv = NULL;
+    if (!key)
+        return;
+    if (strcmp(param_type(tools, fn, key), "string"))
+        jv = parse_json(val);
+    json_object_set_new(args, key, jv ? jv : json_stringn(val.p, val.n));
+}
+
+static void add_args_call(out *o, piece name, json_t *args)
+{
+    char *a = dump(args);
+    add_call(o, name, a ? a : "{}");
+    free(a);
+    json_decref(args);
+}
+
+/* Each "<tool_call>...</tool_call>" block of s goes to call(o, b, body, tools)
+ * (b: where the block starts, for keeping it as text); the text around
+ * the blocks is content. A block left open at the end is a call only
+ * when the text is complete (not --partial). */
+typedef void block_fn(out *o, const char *b, piece body, const json_t *tools);
+
+static void tool_call_blocks(out *o, piece s, const json_t *tools, block_fn *call)
 {
     for (;;) {
         const char *b = find(s, "<tool_call>");
@@ -319,56 +345,50 @@ static void coder_calls(out *o, piece s, const json_t *tools)
         const char *e = find(rest, "</tool_call>");
         if (!e && o->partial)
             return;
-        piece body = e ? before(rest, e) : rest;
-        const char *f = find(body, "<function=");
-        const char *gt = f ? memchr(f, '>', (size_t)(body.p + body.n - f)) : NULL;
-        if (!f || !gt) {
-            noted(o, "a %s block without <function=NAME>: kept as text", "<tool_call>");
-            add_text(&o->content, (piece){b, (size_t)(body.p + body.n - b)});
-        } else {
-            piece name = {f + 10, (size_t)(gt - f - 10)};
-            piece params = after(body, gt, 1);
-            json_t *args = json_object();
-            for (;;) {
-                const char *p = find(params, "<parameter=");
-                if (!p)
-                    break;
-                const char *pg = memchr(p, '>', (size_t)(params.p + params.n - p));
-                if (!pg)
-                    break;
-                char *key = strndup(p + 11, (size_t)(pg - p - 11));
-                piece v = after(params, pg, 1);
-                const char *ve = find(v, "</parameter>");
-                if (!ve)
-                    ve = find(v, "</function>");
-                piece val = ve ? before(v, ve) : v;
-                if (val.n && val.p[0] == '\n')
-                    val.p++, val.n--;
-                if (val.n && val.p[val.n - 1] == '\n')
-                    val.n--;
-                json_t *jv = NULL;
-                if (key && strcmp(param_type(tools, name, key), "string"))
-                    jv = parse_json(val);
-                if (!jv)
-                    jv = json_stringn(val.p, val.n);
-                if (key)
-                    json_object_set_new(args, key, jv);
-                else
-                    json_decref(jv);
-                free(key);
-                if (!ve)
-                    break;
-                params = after(v, ve, 1);
-            }
-            char *a = dump(args);
-            add_call(o, name, a ? a : "{}");
-            free(a);
-            json_decref(args);
-        }
+        call(o, b, e ? before(rest, e) : rest, tools);
         if (!e)
             return;
         s = after(rest, e, strlen("</tool_call>"));
     }
+}
+
+/* Qwen3-Coder: <function=NAME><parameter=K>V</parameter>...</function> */
+static void coder_call(out *o, const char *b, piece body, const json_t *tools)
+{
+    const char *f = find(body, "<function=");
+    const char *gt = f ? memchr(f, '>', (size_t)(body.p + body.n - f)) : NULL;
+    if (!f || !gt) {
+        noted(o, "a %s block without <function=NAME>: kept as text", "<tool_call>");
+        add_text(&o->content, (piece){b, (size_t)(body.p + body.n - b)});
+        return;
+    }
+    piece name = {f + 10, (size_t)(gt - f - 10)};
+    piece params = after(body, gt, 1);
+    json_t *args = json_object();
+    for (;;) {
+        const char *p = find(params, "<parameter=");
+        if (!p)
+            break;
+        const char *pg = memchr(p, '>', (size_t)(params.p + params.n - p));
+        if (!pg)
+            break;
+        char *key = strndup(p + 11, (size_t)(pg - p - 11));
+        piece v = after(params, pg, 1);
+        const char *ve = find(v, "</parameter>");
+        if (!ve)
+            ve = find(v, "</function>");
+        piece val = ve ? before(v, ve) : v;
+        if (val.n && val.p[0] == '\n')
+            val.p++, val.n--;
+        if (val.n && val.p[val.n - 1] == '\n')
+            val.n--;
+        set_arg(args, tools, name, key, val);
+        free(key);
+        if (!ve)
+            break;
+        params = after(v, ve, 1);
+    }
+    add_args_call(o, name, args);
 }
 
 /* ---- GLM-4.5: <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value></tool_call> --- */
@@ -390,56 +410,29 @@ static const char *tagged(piece *at, const char *open, const char *close, piece 
     return e;
 }
 
-static void glm_calls(out *o, piece s, const json_t *tools)
+static void glm_call(out *o, const char *b, piece body, const json_t *tools)
 {
-    for (;;) {
-        const char *b = find(s, "<tool_call>");
-        if (!b) {
-            add_text(&o->content, trim(s, "\n"));
-            return;
-        }
-        add_text(&o->content, trim(before(s, b), "\n"));
-        piece rest = after(s, b, strlen("<tool_call>"));
-        const char *e = find(rest, "</tool_call>");
-        if (!e && o->partial)
-            return;
-        piece body = e ? before(rest, e) : rest;
-        const char *k0 = find(body, "<arg_key>");
-        piece name = trim(k0 ? before(body, k0) : body, "\n ");
-        if (!name.n) {
-            noted(o, "a %s block without a function name: kept as text", "<tool_call>");
-            add_text(&o->content, (piece){b, (size_t)(body.p + body.n - b)});
-        } else {
-            json_t *args = json_object();
-            piece at = k0 ? after(body, k0, 0) : (piece){body.p + body.n, 0};
-            piece key, val;
-            while (tagged(&at, "<arg_key>", "</arg_key>", &key)) {
-                if (!tagged(&at, "<arg_value>", "</arg_value>", &val)) {
-                    noted(o, "an <arg_key> without its <arg_value> in a call of %s: the rest of "
-                          "its arguments dropped", "a tool");
-                    break;
-                }
-                char *k = strndup(key.p, key.n);
-                json_t *jv = NULL;
-                if (k && strcmp(param_type(tools, name, k), "string"))
-                    jv = parse_json(val);
-                if (!jv)
-                    jv = json_stringn(val.p, val.n);
-                if (k)
-                    json_object_set_new(args, k, jv);
-                else
-                    json_decref(jv);
-                free(k);
-            }
-            char *a = dump(args);
-            add_call(o, name, a ? a : "{}");
-            free(a);
-            json_decref(args);
-        }
-        if (!e)
-            return;
-        s = after(rest, e, strlen("</tool_call>"));
+    const char *k0 = find(body, "<arg_key>");
+    piece name = trim(k0 ? before(body, k0) : body, "\n ");
+    if (!name.n) {
+        noted(o, "a %s block without a function name: kept as text", "<tool_call>");
+        add_text(&o->content, (piece){b, (size_t)(body.p + body.n - b)});
+        return;
     }
+    json_t *args = json_object();
+    piece at = k0 ? after(body, k0, 0) : (piece){body.p + body.n, 0};
+    piece key, val;
+    while (tagged(&at, "<arg_key>", "</arg_key>", &key)) {
+        if (!tagged(&at, "<arg_value>", "</arg_value>", &val)) {
+            noted(o, "an <arg_key> without its <arg_value> in a call of %s: the rest of its "
+                  "arguments dropped", "a tool");
+            break;
+        }
+        char *k = strndup(key.p, key.n);
+        set_arg(args, tools, name, k, val);
+        free(k);
+    }
+    add_args_call(o, name, args);
 }
 
 /* ---- DeepSeek: <｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜> ------------------------------ */
@@ -579,7 +572,7 @@ int ms_chat_parse(int format, const char *text, size_t len, const char *tools_js
         if (format == MS_TOOLS_QWEN3)
             json_calls(&o, s, "<tool_call>", "</tool_call>");
         else
-            coder_calls(&o, s, tools);
+            tool_call_blocks(&o, s, tools, coder_call);
         break;
     case MS_TOOLS_DEEPSEEK_V3: case MS_TOOLS_DEEPSEEK_V3_1:
         s = split_reasoning(&o, cut_end(s, ds_ends), "<think>", "</think>", opens_reasoning);
@@ -592,7 +585,7 @@ int ms_chat_parse(int format, const char *text, size_t len, const char *tools_js
         break;
     case MS_TOOLS_GLM45:
         s = split_reasoning(&o, cut_end(s, glm_ends), "<think>", "</think>", opens_reasoning);
-        glm_calls(&o, s, tools);
+        tool_call_blocks(&o, s, tools, glm_call);
         break;
     default:
         json_decref(tools);
