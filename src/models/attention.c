@@ -17,7 +17,7 @@ int ms_gqa_bind(ms_gqa *a, ms_binder *b, const char *prefix, int qkv_bias, int o
         {"v_proj", &a->wv, kd, d, &a->bv, qkv_bias}, {"o_proj", &a->wo, d, qd, &a->bo, o_bias},
     };
     char n[256];
-    int before = b->n_problems;
+    int before = ms_bind_problems(b);
     float *v;
     for (int i = 0; i < 4; i++) {
         snprintf(n, sizeof n, "%s.%s", prefix, p[i].name);
@@ -36,7 +36,7 @@ int ms_gqa_bind(ms_gqa *a, ms_binder *b, const char *prefix, int qkv_bias, int o
         ms_bind_vector(b, MS_ROLE_DENSE, n, a->head_dim, &v);
         a->k_norm = v;
     }
-    return b->n_problems - before;
+    return ms_bind_problems(b) - before;
 }
 
 int64_t ms_gqa_scratch(const ms_gqa *a, int64_t n)

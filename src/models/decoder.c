@@ -215,7 +215,7 @@ int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, 
         snprintf(n, sizeof n, "%s.layers.%lld.", prefix, (long long)(n_layers + i));
         ms_bind_ignore_prefix(b, n);
     }
-    if (opts->check_only || b->n_problems)
+    if (opts->check_only || ms_bind_problems(b))
         return 0;
     for (int l = 0; prepare && l < n_layers; l++)
         if (prepare(fam, l, err))

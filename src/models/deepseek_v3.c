@@ -179,12 +179,14 @@ static int deepseek_v3_open(const ms_checkpoint *ck, ms_binder *b, const ms_mode
     *out = NULL;
     if (read_config(&tmp, ck->config, err))
         return -1;
-    deepseek_v3 *m = ms_model_create(&tmp, sizeof *m, &ms_family_deepseek_v3, (int)tmp.n_layers,
-                                     tmp.d, tmp.vocab, (int)tmp.n_experts, (int)tmp.top_k, opts,
-                                     b, err);
+    deepseek_v3 *m = ms_model_create(&(ms_model_spec){.tmp = &tmp, .size = sizeof *m,
+                                    .family = &ms_family_deepseek_v3, .n_layers = (int)tmp.n_layers,
+                                    .n_experts = (int)tmp.n_experts, .n_used = (int)tmp.top_k,
+                                    .d_model = tmp.d, .vocab = tmp.vocab,
+                                    .max_ctx = tmp.max_pos},
+                                 opts, b, err);
     if (!m)
         return -1;
-    m->base.max_ctx = m->max_pos;
     if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         ms_mla_read_rope(ck->config, (int)m->rope_dim, m->interleave, &m->rope, &m->rc, err) ||
         ms_expert_store_open((int)m->n_layers, (int)m->n_experts, 3, &m->base.experts, err) ||

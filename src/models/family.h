@@ -130,13 +130,23 @@ const ms_family *ms_family_find(const ms_checkpoint *ck, ms_err *err);
  * with per-layer KV tables for n_layers. */
 void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *err);
 
-/* The common start of a family's open: `tmp` is the family's struct (ms_model
- * first) into which read_config put its hyper-parameters; allocates the
- * model, copies tmp into it, fills the shared fields (dimensions, batch size,
- * experts) and points the binder at the model's arena (unless check-only). */
-void *ms_model_create(const void *tmp, size_t size, const ms_family *fam, int n_layers,
-                      int64_t d_model, int64_t vocab, int n_experts, int n_used,
-                      const ms_model_opts *opts, ms_binder *b, ms_err *err);
+/* What a family's open knows once its config is read: its struct (`tmp`,
+ * ms_model first, of `size` bytes, hyper-parameters filled) and the
+ * dimensions every model has. */
+typedef struct ms_model_spec {
+    const void *tmp;
+    size_t size;
+    const ms_family *family;
+    int n_layers, n_experts, n_used;
+    int64_t d_model, vocab;
+    int64_t max_ctx;          /* max_position_embeddings; 0: as tmp's ms_model has it */
+} ms_model_spec;
+
+/* The common start of a family's open: allocates the model, copies tmp into
+ * it, fills the shared fields (dimensions, batch size, experts) and points
+ * the binder at the model's arena (unless check-only). */
+void *ms_model_create(const ms_model_spec *spec, const ms_model_opts *opts, ms_binder *b,
+                      ms_err *err);
 void ms_model_free(ms_model *m);
 
 #endif

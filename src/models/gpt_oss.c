@@ -172,11 +172,14 @@ static int gpt_oss_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_op
     *out = NULL;
     if (read_config(&tmp, ck->config, err))
         return -1;
-    gpt_oss *m = ms_model_create(&tmp, sizeof *m, &ms_family_gpt_oss, (int)tmp.n_layers, tmp.d,
-                                 tmp.vocab, (int)tmp.n_experts, (int)tmp.top_k, opts, b, err);
+    gpt_oss *m = ms_model_create(&(ms_model_spec){.tmp = &tmp, .size = sizeof *m,
+                                    .family = &ms_family_gpt_oss, .n_layers = (int)tmp.n_layers,
+                                    .n_experts = (int)tmp.n_experts, .n_used = (int)tmp.top_k,
+                                    .d_model = tmp.d, .vocab = tmp.vocab,
+                                    .max_ctx = tmp.max_pos},
+                                 opts, b, err);
     if (!m)
         return -1;
-    m->base.max_ctx = m->max_pos;
     if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         read_rope(m, ck->config, err) ||
         ms_expert_store_open((int)m->n_layers, (int)m->n_experts, 2, &m->base.experts, err) ||

@@ -178,13 +178,8 @@ static void bind_layer(longcat *m, ms_binder *b, int l)
     snprintf(n, sizeof n, "%s.mlp.router.e_score_correction_bias", p);
     ms_bind_plain_vector(b, MS_ROLE_DENSE, n, E, MS_DTYPE_F32, &v);
     L->router.choice_bias = v;
-    for (int e = 0; e < m->n_experts; e++) { /* the zero experts have no weights */
-        ms_mlp ex = {.d_model = m->d, .d_ff = m->d_ff_expert};
-        ms_span sp[6];
-        snprintf(n, sizeof n, "%s.mlp.experts.%d", p, e);
-        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !b->collect)
-            ms_expert_store_set(m->base.experts, l, e, (ms_mat[3]){ex.gate, ex.up, ex.down}, sp);
-    }
+    snprintf(n, sizeof n, "%s.mlp.experts", p); /* the zero experts have no weights */
+    ms_moe_bind_experts(b, m->base.experts, l, n, m->n_experts, m->d, m->d_ff_expert);
 }
 
 static int alloc_scratch(longcat *m, ms_err *err)
@@ -228,7 +223,7 @@ static int bind_model(longcat *m, ms_binder *b, const ms_model_opts *opts, ms_er
         ms_bind_plain_linear(b, MS_ROLE_DENSE, "lm_head.weight", m->vocab, m->d, MS_DTYPE_BF16,
                              &m->lm_head);
     ms_bind_ignore_prefix(b, "model.mtp."); /* multi-token prediction: not the main model */
-    if (opts->check_only || b->n_problems)
+    if (opts->check_only || ms_bind_problems(b))
         return 0;
     for (int l = 0; l < m->base.n_layers; l++)
         for (int i = 0; i < 2; i++)
@@ -245,8 +240,12 @@ static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *o
     *out = NULL;
     if (read_config(&tmp, ck->config, &n_layers, err))
         return -1;
-    longcat *m = ms_model_create(&tmp, sizeof *m, &ms_family_longcat_flash, (int)n_layers, tmp.d, tmp.vocab,
-                            tmp.n_experts, tmp.top_k, opts, b, err);
+    longcat *m = ms_model_create(&(ms_model_spec){.tmp = &tmp, .size = sizeof *m,
+                                    .family = &ms_family_longcat_flash, .n_layers = (int)n_layers,
+                                    .n_experts = tmp.n_experts, .n_used = tmp.top_k,
+                                    .d_model = tmp.d, .vocab = tmp.vocab,
+                                    .max_ctx = 0},
+                                 opts, b, err);
     if (!m)
         return -1;
     m->layers = ms_arena_alloc(&m->base.arena, sizeof *m->layers * (size_t)n_layers, "layers",

@@ -167,19 +167,19 @@ int ms_mlp_bind(ms_mlp *mlp, ms_binder *b, const char *prefix, ms_role role, ms_
     static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
     ms_mat *mats[3] = {&mlp->gate, &mlp->up, &mlp->down};
     char n[256];
-    int before = b->n_problems;
+    int before = ms_bind_problems(b);
     for (int k = 0; k < 3; k++) {
         snprintf(n, sizeof n, "%s.%s", prefix, proj[k]);
         ms_bind_linear(b, role, n, k == 2 ? mlp->d_model : mlp->d_ff,
                        k == 2 ? mlp->d_ff : mlp->d_model, mats[k], span ? span + 2 * k : NULL);
     }
-    return b->n_problems - before;
+    return ms_bind_problems(b) - before;
 }
 
 int ms_moe_bind_mxfp4(ms_moe *m, ms_binder *b, ms_expert_store *st, const char *prefix)
 {
     int64_t E = m->n_experts, ff = m->d_ff, d = m->d_model;
-    int before = b->n_problems;
+    int before = ms_bind_problems(b);
     ms_err err = {0};
     /* the fused tensors bind matrix-major: [gate_up of every expert | down of every expert] */
     ms_mat *mats = ms_malloc(sizeof *mats * (size_t)(2 * E), "expert views", &err);
@@ -190,7 +190,7 @@ int ms_moe_bind_mxfp4(ms_moe *m, ms_binder *b, ms_expert_store *st, const char *
         ms_bind_problem(b, "%s: %s", prefix, err.msg);
         free(mats);
         free(spans);
-        return b->n_problems - before;
+        return ms_bind_problems(b) - before;
     }
     snprintf(bl, sizeof bl, "%s.gate_up_proj_blocks", prefix);
     snprintf(sc, sizeof sc, "%s.gate_up_proj_scales", prefix);
@@ -212,35 +212,35 @@ int ms_moe_bind_mxfp4(ms_moe *m, ms_binder *b, ms_expert_store *st, const char *
     }
     free(mats);
     free(spans);
-    return b->n_problems - before;
+    return ms_bind_problems(b) - before;
 }
 
 int ms_router_bind_sigmoid(ms_router *r, ms_binder *b, const char *prefix, int64_t d)
 {
     char n[256];
     float *v;
-    int before = b->n_problems;
+    int before = ms_bind_problems(b);
     snprintf(n, sizeof n, "%s.gate.weight", prefix);
     ms_bind_plain_linear(b, MS_ROLE_DENSE, n, r->n_experts, d, MS_DTYPE_BF16, &r->w);
     snprintf(n, sizeof n, "%s.gate.e_score_correction_bias", prefix);
     ms_bind_plain_vector(b, MS_ROLE_DENSE, n, r->n_experts, MS_DTYPE_F32, &v);
     r->choice_bias = v;
-    return b->n_problems - before;
+    return ms_bind_problems(b) - before;
 }
 
 int ms_moe_bind_experts(ms_binder *b, ms_expert_store *st, int layer, const char *prefix,
                         int n_experts, int64_t d_model, int64_t d_ff)
 {
     char n[256];
-    int before = b->n_problems;
+    int before = ms_bind_problems(b);
     for (int e = 0; e < n_experts; e++) {
         ms_mlp ex = {.d_model = d_model, .d_ff = d_ff};
         ms_span sp[6];
         snprintf(n, sizeof n, "%s.%d", prefix, e);
-        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !b->collect)
+        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !ms_bind_collecting(b))
             ms_expert_store_set(st, layer, e, (ms_mat[3]){ex.gate, ex.up, ex.down}, sp);
     }
-    return b->n_problems - before;
+    return ms_bind_problems(b) - before;
 }
 
 int64_t ms_mlp_scratch(int64_t d_ff, int64_t n)

@@ -142,11 +142,14 @@ static int qwen3_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts
     *out = NULL;
     if (read_config(&tmp, ck->config, err))
         return -1;
-    qwen3 *m = ms_model_create(&tmp, sizeof *m, &ms_family_qwen3_moe, (int)tmp.n_layers, tmp.d,
-                               tmp.vocab, (int)tmp.n_experts, (int)tmp.top_k, opts, b, err);
+    qwen3 *m = ms_model_create(&(ms_model_spec){.tmp = &tmp, .size = sizeof *m,
+                                    .family = &ms_family_qwen3_moe, .n_layers = (int)tmp.n_layers,
+                                    .n_experts = (int)tmp.n_experts, .n_used = (int)tmp.top_k,
+                                    .d_model = tmp.d, .vocab = tmp.vocab,
+                                    .max_ctx = tmp.max_pos},
+                                 opts, b, err);
     if (!m)
         return -1;
-    m->base.max_ctx = m->max_pos;
     if (ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         ms_rope_init(&m->rope, (int)m->head_dim, m->rope_theta, MS_ROPE_HALF, err) ||
         ms_expert_store_open((int)m->n_layers, (int)m->n_experts, 3, &m->base.experts, err) ||

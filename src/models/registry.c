@@ -55,26 +55,25 @@ void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *er
     return m;
 }
 
-void *ms_model_create(const void *tmp, size_t size, const ms_family *fam, int n_layers,
-                      int64_t d_model, int64_t vocab, int n_experts, int n_used,
-                      const ms_model_opts *opts, ms_binder *b, ms_err *err)
+void *ms_model_create(const ms_model_spec *spec, const ms_model_opts *opts, ms_binder *b,
+                      ms_err *err)
 {
-    ms_model *m = ms_model_alloc(size, fam, n_layers, err);
+    ms_model *m = ms_model_alloc(spec->size, spec->family, spec->n_layers, err);
     if (!m)
         return NULL;
     ms_model own = *m; /* what the allocation made: KV tables, arena */
-    memcpy(m, tmp, size);
-    int64_t max_ctx = m->max_ctx;
+    memcpy(m, spec->tmp, spec->size);
+    int64_t max_ctx = spec->max_ctx > 0 ? spec->max_ctx : m->max_ctx;
     *m = own;
     m->max_ctx = max_ctx;
-    m->d_model = d_model;
-    m->vocab = vocab;
+    m->d_model = spec->d_model;
+    m->vocab = spec->vocab;
     m->max_batch = opts->max_batch > 0 ? opts->max_batch : 1;
     m->max_span = m->max_batch;
-    m->n_experts = n_experts;
-    m->n_experts_used = n_used;
+    m->n_experts = spec->n_experts;
+    m->n_experts_used = spec->n_used;
     if (!opts->check_only)
-        b->arena = &m->arena;
+        ms_binder_set_arena(b, &m->arena);
     return m;
 }
 

@@ -420,3 +420,18 @@ void ms_bind_finish(ms_binder *b)
 {
     ms_ckpt_foreach(b->ck, finish_one, b);
 }
+
+int ms_bind_problems(const ms_binder *b)
+{
+    return b->n_problems;
+}
+
+int ms_bind_collecting(const ms_binder *b)
+{
+    return b->collect;
+}
+
+void ms_binder_set_arena(ms_binder *b, ms_arena *arena)
+{
+    b->arena = arena;
+}

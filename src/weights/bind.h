@@ -101,8 +101,9 @@ const ms_tensor_info *ms_bind_tensor(ms_binder *b, ms_role role, const char *nam
 /* A linear layer "<prefix>.weight" [rows][cols]: F32/BF16/F16, or F8_E4M3
  * with "<prefix>.weight_scale_inv" [ceil(rows/br)][ceil(cols/bc)] in
  * F32/BF16/F16. Fills *m, and span[0..1] (weights, scales; file -1 when
- * absent) when span is not NULL. Returns 0 when bound, -1 when a problem
- * was recorded. */
+ * absent) when span is not NULL. Returns 0 when bound, -1 when not: a problem
+ * was recorded, or (collect mode) the tensor was only recorded for the
+ * writer. */
 int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
                    int64_t cols, ms_mat *m, ms_span *span);
 
@@ -135,6 +136,13 @@ int ms_bind_mxfp4_experts(ms_binder *b, const char *blocks, const char *scales,
 
 /* Marks every tensor whose name starts with prefix as knowingly unused. */
 void ms_bind_ignore_prefix(ms_binder *b, const char *prefix);
+
+/* The binder seen from the families (its fields stay bind.c's): problems
+ * recorded so far, whether it only collects the tensor list (synth,
+ * nothing to bind), and the arena bound tensors are widened into. */
+int ms_bind_problems(const ms_binder *b);
+int ms_bind_collecting(const ms_binder *b);
+void ms_binder_set_arena(ms_binder *b, ms_arena *arena);
 
 /* Records every tensor neither used nor ignored as "unexpected". Call once,
  * after the family bound everything. */
