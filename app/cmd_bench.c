@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "cli.h"
 
@@ -32,8 +34,31 @@ static int sample_floor(const cli_args *o, int threads, double *best, double *co
     return 0;
 }
 
+/* Milliseconds the disk holding `path` has spent with requests in flight
+ * (io_ticks of /proc/diskstats, the device of path's file system); -1 when
+ * that device is not listed there (an overlay, a network file system). */
+static int64_t disk_busy_ms(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st))
+        return -1;
+    FILE *f = fopen("/proc/diskstats", "r");
+    char line[512];
+    int64_t ms = -1;
+    while (f && ms < 0 && fgets(line, sizeof line, f)) {
+        unsigned maj, min;
+        long long ticks;
+        if (sscanf(line, "%u %u %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %lld", &maj, &min,
+                   &ticks) == 3 && maj == major(st.st_dev) && min == minor(st.st_dev))
+            ms = ticks;
+    }
+    if (f)
+        fclose(f);
+    return ms;
+}
+
 static void print_phase(const char *name, int64_t tokens, double secs, const ms_stats *a,
-                        const ms_stats *b)
+                        const ms_stats *b, int64_t busy_ms)
 {
     char v[128];
     snprintf(v, sizeof v, "%.3f tok/s (%.1f ms/token)", secs > 0 ? tokens / secs : 0.0,
@@ -63,6 +88,13 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
     snprintf(v, sizeof v, "%.1f ms/token", 1e3 * (b->t_io_wait - a->t_io_wait) / tokens);
     snprintf(w, sizeof w, "  %s: waiting on reads", name);
     row(w, v);
+    if (busy_ms >= 0 && secs > 0) { /* how much of the phase the disk was reading */
+        snprintf(v, sizeof v, "%.0f%% of the time, %.0f MB/s while busy",
+                 100.0 * (double)busy_ms / (1e3 * secs),
+                 busy_ms ? (double)(b->bytes_read - a->bytes_read) / 1e3 / (double)busy_ms : 0.0);
+        snprintf(w, sizeof w, "  %s: disk busy", name);
+        row(w, v);
+    }
     int64_t pp = b->prefetch_predicted - a->prefetch_predicted;
     if (pp) {
         snprintf(v, sizeof v, "%.1f%%, %.1f MB wasted",
@@ -102,12 +134,15 @@ int cmd_bench(int argc, char **argv)
     double bw = 0, bw_copy = 0;
     if (sample_floor(&o, threads, &bw, &bw_copy, &err))
         goto out;
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/config.json", o.model);
+    int64_t d0 = disk_busy_ms(cfg);
     ms_session_stats(s, &s0);
     int64_t wb0 = ms_weight_bytes_read();
     if (ms_session_eval(s, ids, prompt, NULL, &err))
         goto out;
     ms_session_stats(s, &s1);
-    int64_t wb1 = ms_weight_bytes_read();
+    int64_t wb1 = ms_weight_bytes_read(), d1 = disk_busy_ms(cfg);
     if (sample_floor(&o, threads, &bw, &bw_copy, &err))
         goto out;
     for (int64_t i = 0; i < n; i++) {
@@ -119,7 +154,7 @@ int cmd_bench(int argc, char **argv)
             goto out;
     }
     ms_session_stats(s, &s2);
-    int64_t wb2 = ms_weight_bytes_read();
+    int64_t wb2 = ms_weight_bytes_read(), d2 = disk_busy_ms(cfg);
     if (sample_floor(&o, threads, &bw, &bw_copy, &err))
         goto out;
     printf("| %-40s | %-32s |\n|%s|%s|\n", "moestream bench", o.model,
@@ -134,12 +169,14 @@ int cmd_bench(int argc, char **argv)
     snprintf(v, sizeof v, "%lld positions per pass over the layers",
              (long long)info->prefill_span);
     row("prefill span", v);
-    print_phase("prefill", prompt, s1.t_prefill - s0.t_prefill, &s0, &s1);
+    print_phase("prefill", prompt, s1.t_prefill - s0.t_prefill, &s0, &s1,
+                d0 >= 0 && d1 >= 0 ? d1 - d0 : -1);
     double pkv = s1.t_attn_kv - s0.t_attn_kv, pt = s1.t_prefill - s0.t_prefill;
     snprintf(v, sizeof v, "%.2f ms/token (%.0f%% of prefill)", 1e3 * pkv / (double)prompt,
              pt > 0 ? 100 * pkv / pt : 0.0);
     row("  prefill: attention over the KV cache", v);
-    print_phase("decode", n, s2.t_decode - s1.t_decode, &s1, &s2);
+    print_phase("decode", n, s2.t_decode - s1.t_decode, &s1, &s2,
+                d1 >= 0 && d2 >= 0 ? d2 - d1 : -1);
     double busy = s2.t_attn + s2.t_experts + s2.t_head + s2.t_other;
     snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,
              100 * s2.t_experts / busy, 100 * s2.t_head / busy);
