@@ -156,6 +156,19 @@ int cmd_serve(int argc, char **argv)
         }
         sv.n_cache = i + 1;
     }
+    if (o.prompt_cache_disk > 0) {
+        char dir[1024];
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (o.prompt_cache_dir)
+            snprintf(dir, sizeof dir, "%s", o.prompt_cache_dir);
+        else if (xdg && *xdg)
+            snprintf(dir, sizeof dir, "%s/moestream/prompt-cache/%s", xdg, sv.name);
+        else
+            snprintf(dir, sizeof dir, "%s/.cache/moestream/prompt-cache/%s", home ? home : "/tmp",
+                     sv.name);
+        if (srv_spill_open(&sv, dir, o.prompt_cache_disk, &err))
+            goto out;
+    }
     if (!ms_engine_chat_template(sv.eng)) {
         ms_chat_msg m = {"user", "", NULL}; /* the family must have a chat format */
         char *t = NULL;
@@ -196,6 +209,14 @@ out:
         srv_http_stop(d);
     if (have_worker)
         pthread_join(worker, NULL);
+    for (int i = 0; i < sv.n_slots + sv.n_cache; i++) { /* what the next run may continue */
+        ms_session *s = i < sv.n_slots ? sv.slot_s[i] : sv.cache_s[i - sv.n_slots];
+        int64_t n = 0;
+        const int32_t *held = s ? ms_session_ids(s, &n) : NULL;
+        if (held)
+            srv_spill_save(&sv, s, held, n);
+    }
+    srv_spill_close(&sv);
     if (rc)
         rc = cli_fail(&err);
     ms_vocab_index_close(sv.vocab);

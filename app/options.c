@@ -241,6 +241,11 @@ static const cli_opt opts[] = {
      "sequences decoded together (default: 2 where it fits, else 1)"},
     {"--prompt-cache", NULL, T_INT, G_SERVER, B(CMD_SERVE), AT(prompt_cache), "M", 0, 16, NULL,
      0, NULL, "conversations kept for prefix reuse beyond the slots"},
+    {"--prompt-cache-disk", NULL, T_SIZE, G_SERVER, B(CMD_SERVE), AT(prompt_cache_disk), "SIZE",
+     1, 1.1e15, NULL, 0, NULL, "also keep conversations on disk, within SIZE, when their "
+     "sessions are reused (default: off)"},
+    {"--prompt-cache-dir", NULL, T_STR, G_SERVER, B(CMD_SERVE), AT(prompt_cache_dir), "DIR", 0,
+     0, NULL, 0, NULL, "where (default: ~/.cache/moestream/prompt-cache/MODEL)"},
     {"--max-body", NULL, T_SIZE, G_SERVER, B(CMD_SERVE), AT(max_body), "SIZE", 1, 1.1e12, NULL, 0,
      "8M", "largest request body"},
     {"--queue", NULL, T_INT, G_SERVER, B(CMD_SERVE), AT(queue), "N", 1, 1 << 20, NULL, 0, "64",

@@ -50,8 +50,9 @@ typedef struct cli_args {
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int ignore_eos;
     /* server */
-    const char *host, *api_key, *name;
-    int64_t port, max_body, queue, max_tokens_cap, timeout, prompt_cache, parallel;
+    const char *host, *api_key, *name, *prompt_cache_dir;
+    int64_t port, max_body, queue, max_tokens_cap, timeout, prompt_cache, parallel,
+        prompt_cache_disk;
     double keepalive, request_timeout, read_timeout;
     cli_list allow_host, cors;
     /* bench, plan, synth, replay */

@@ -155,6 +155,22 @@ struct srv_job {
 
 #define SRV_MAX_SLOTS 16 /* the ranges of --parallel and --prompt-cache in options.c */
 
+/* Prompt caches on disk (serve_spill.c). */
+#define SRV_SPILL_MAX 256
+typedef struct srv_spilled {
+    char path[1100];
+    int32_t *ids;
+    int64_t n, bytes;
+    double t;                  /* saved (srv_now), for the least recently used */
+} srv_spilled;
+typedef struct srv_spill {
+    char dir[1024];
+    int64_t budget, bytes;     /* budget 0: off */
+    int64_t seq;
+    srv_spilled e[SRV_SPILL_MAX];
+    int n;
+} srv_spill;
+
 struct srv {
     srv_access access;
     ms_engine *eng;
@@ -195,10 +211,25 @@ struct srv {
     int64_t max_tokens_cap;    /* 0: none */
     double request_timeout;    /* seconds a generation may run; 0: no limit */
     double t_start;
+    srv_spill spill;           /* the worker's */
     /* counters for /metrics (atomic) */
     int64_t m_requests[2], m_rejected, m_prompt_tokens, m_cached_tokens, m_completion_tokens,
-            m_steps, m_rows, m_finished, m_cancelled, m_timeouts;
+            m_steps, m_rows, m_finished, m_cancelled, m_timeouts, m_spill_saved, m_spill_loaded;
 };
+
+/* serve_spill.c: prompt caches on disk within `budget` bytes under dir
+ * (budget 0: off); the files already there are indexed. */
+int srv_spill_open(srv *sv, const char *dir, int64_t budget, ms_error *err);
+void srv_spill_close(srv *sv);
+/* Saves a session holding ids[0, n) (short ones are not worth it). */
+void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n);
+/* The saved conversation sharing the longest prefix with the prompt (at
+ * least a short conversation's worth); -1 when none (*shared: the ids it
+ * shares; the session is cut back to them when the prompt goes on
+ * differently). */
+int srv_spill_find(const srv *sv, const int32_t *ids, int64_t n, int64_t *shared);
+/* Loads entry k into s and forgets the file; 0, or -1 (said on stderr). */
+int srv_spill_take(srv *sv, int k, ms_session *s);
 
 /* The chat page served at / (app/web/chat.html, embedded at build time). */
 extern const char srv_chat_html[];

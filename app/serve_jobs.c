@@ -223,6 +223,13 @@ char *srv_metrics_text(srv *sv)
                "# TYPE moestream_generated_tokens_total counter\n"
                "moestream_generated_tokens_total %lld\n",
             LOAD(sv->m_prompt_tokens), LOAD(sv->m_cached_tokens), LOAD(sv->m_completion_tokens));
+    fprintf(f, "# HELP moestream_prompt_cache_disk_saved_total Conversations saved to disk.\n"
+               "# TYPE moestream_prompt_cache_disk_saved_total counter\n"
+               "moestream_prompt_cache_disk_saved_total %lld\n"
+               "# HELP moestream_prompt_cache_disk_loaded_total Conversations loaded back.\n"
+               "# TYPE moestream_prompt_cache_disk_loaded_total counter\n"
+               "moestream_prompt_cache_disk_loaded_total %lld\n",
+            LOAD(sv->m_spill_saved), LOAD(sv->m_spill_loaded));
     fprintf(f, "# HELP moestream_decode_steps_total Batched decode steps and their rows.\n"
                "# TYPE moestream_decode_steps_total counter\n"
                "moestream_decode_steps_total %lld\n"

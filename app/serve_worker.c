@@ -640,6 +640,7 @@ static int pick_slot(srv *sv, slot *slots, const srv_job *j)
             best_n = n;
         }
     }
+    int continues = best >= 0;
     for (int k = 0; best < 0 && k < nc; k++)
         if (ms_session_pos(cand[k]) == 0)
             best = k;
@@ -649,16 +650,27 @@ static int pick_slot(srv *sv, slot *slots, const srv_job *j)
                 best = k;
     if (best < 0)
         return free_slot;
-    if (where[best] < 0) {
-        int c = -1 - where[best];
+    int at = where[best];
+    if (at < 0) {
+        int c = -1 - at;
         ms_session *t = slots[free_slot].s;
         slots[free_slot].s = sv->slot_s[free_slot] = sv->cache_s[c];
         sv->cache_s[c] = t;
-        mark_used(sv, slots[free_slot].s, j->n_ids);
-        return free_slot;
+        at = free_slot;
     }
-    mark_used(sv, slots[where[best]].s, j->n_ids);
-    return where[best];
+    if (!continues && sv->spill.budget) {
+        /* the conversation this session held goes to disk; one the prompt
+         * continues comes back from it */
+        ms_session *s = slots[at].s;
+        int64_t n = 0, shared = 0;
+        const int32_t *held = ms_session_ids(s, &n);
+        srv_spill_save(sv, s, held, n);
+        int k = srv_spill_find(sv, j->ids, j->n_ids, &shared);
+        if (k >= 0 && shared > ms_session_shared(s, j->ids, j->n_ids))
+            srv_spill_take(sv, k, s);
+    }
+    mark_used(sv, slots[at].s, j->n_ids);
+    return at;
 }
 
 void *srv_worker(void *arg)

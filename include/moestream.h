@@ -180,6 +180,22 @@ int ms_session_sync(ms_session *s, const int32_t *ids, int64_t n, int64_t *reuse
 /* Bytes a session holds (its KV cache and scratch). */
 int64_t ms_session_bytes(const ms_session *s);
 int64_t ms_session_shared(const ms_session *s, const int32_t *ids, int64_t n);
+/* The ids the session holds ([0, *n), *n its position); valid until it
+ * changes. */
+const int32_t *ms_session_ids(const ms_session *s, int64_t *n);
+
+/* A session's cache in a file: the ids it holds, its KV cache and its last
+ * logits (runtime/session_file.c). ms_session_load reads one back into a
+ * session of the same engine, context and KV format, after which it is as
+ * the saved one was (the same logits, the same next tokens); another model
+ * (or the same folder with other weights), context or format are refused
+ * from the header, naming what differs, with the session unchanged; a
+ * damaged body is refused too and leaves the session empty (position 0). ms_session_file_ids reads only the ids (caller
+ * frees), to match a prompt without loading. */
+int ms_session_save(const ms_session *s, const char *path, ms_error *err);
+int ms_session_load(ms_session *s, const char *path, ms_error *err);
+int ms_session_file_ids(const char *path, const ms_engine *eng, int32_t **ids, int64_t *n,
+                        ms_error *err);
 int ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t *kept, ms_error *err);
 
 /* Per-session timing and traffic counters, accumulated since open. */

@@ -6,20 +6,8 @@
 
 #include "models/ops.h"
 #include "runtime/engine.h"
+#include "runtime/session.h"
 
-struct ms_session {
-    ms_engine *eng;
-    int64_t ctx, pos;
-    ms_kv *kv;             /* [n_layers] */
-    ms_kvfmt kv_fmt;
-    ms_scratch scratch;    /* attention's work area, grown on demand */
-    float *logits;         /* [vocab]: last evaluated row */
-    int have_logits;
-    ms_timers timers;
-    ms_stats stats;
-    ms_trace *trace;
-    int32_t *hist;         /* [ctx]: the token at each cached position */
-};
 
 /* Ring capacities are multiples of the attention chunk, so that an aligned
  * chunk of positions is contiguous; a sliding layer's ring holds its window,
@@ -100,6 +88,12 @@ int64_t ms_session_bytes(const ms_session *s)
 const ms_engine *ms_session_engine(const ms_session *s)
 {
     return s->eng;
+}
+
+const int32_t *ms_session_ids(const ms_session *s, int64_t *n)
+{
+    *n = s->pos;
+    return s->hist;
 }
 
 int64_t ms_session_pos(const ms_session *s)

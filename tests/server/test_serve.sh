@@ -231,6 +231,49 @@ stop_server nopc
   pass "prompt_cache_keeps_conversations (first prompt $n1 tokens; reused $reuse_c with caches, $reuse_n without)" ||
   fail prompt_cache_keeps_conversations "first prompt ${n1:-?}, reused ${reuse_c:-?} with caches, ${reuse_n:-?} without"
 
+# ---- prompt caches on disk: no cache in memory, conversations spilled to disk
+# when their session is reused; A comes back from the disk, with the answer it
+# gets without any cache; after a restart the files are found again
+convo_answer() { # URL [second-only] -> A's second turn: its cached tokens, then its answer
+  $PY - "$@" <<'P'
+import json, sys, urllib.request
+url = sys.argv[1]
+def complete(prompt):
+    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions",
+        data=json.dumps({"prompt": prompt, "max_tokens": 8, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json"}), timeout=60)
+    return json.load(r)
+a = ("Conversation A: apples, their many uses in cooking, the orchards where they grow, "
+     "the varieties people keep for winter and the ones they press for cider in autumn.")
+if sys.argv[2:3] != ["second-only"]:  # a restarted server goes straight to A's second turn
+    complete(a)
+    for who in ("B: bananas", "C: cherries"):
+        complete("Conversation " + who + ", where they grow best and how they are shipped.")
+r2 = complete(a + " And pears?")
+print(r2["usage"]["prompt_tokens_details"]["cached_tokens"], json.dumps(r2["choices"][0]["text"]))
+P
+}
+start_server pd "$M" --parallel 1 --prompt-cache-disk 64M --prompt-cache-dir "$W/pcd" || exit 1
+read -r reuse_d ans_d <<<"$(convo_answer "$pd_url")"
+curl -s "$pd_url/metrics" >"$W/pd.metrics"
+stop_server pd
+start_server pdn "$M" --parallel 1 || exit 1
+read -r reuse_dn ans_dn <<<"$(convo_answer "$pdn_url")"
+stop_server pdn
+loaded=$(sed -n 's/^moestream_prompt_cache_disk_loaded_total \([0-9]*\)/\1/p' "$W/pd.metrics")
+[ "${reuse_d:-0}" -ge 32 ] && [ "${reuse_dn:-0}" -lt "${reuse_d:-0}" ] &&
+  [ "${loaded:-0}" -ge 1 ] && [ -n "$ans_d" ] && [ "$ans_d" = "$ans_dn" ] &&
+  pass "prompt_cache_on_disk (reused $reuse_d of A's return from disk, $reuse_dn without; the same answer $ans_d)" ||
+  fail prompt_cache_on_disk "reused ${reuse_d:-?} (without ${reuse_dn:-?}), loaded ${loaded:-?}, answers $ans_d / $ans_dn; $(grep -i 'prompt cache' "$W/pd.log" | tail -2)"
+nfiles=$(ls "$W/pcd"/*.kv 2>/dev/null | wc -l)
+start_server pdr "$M" --parallel 1 --prompt-cache-disk 64M --prompt-cache-dir "$W/pcd" || exit 1
+read -r reuse_r ans_r <<<"$(convo_answer "$pdr_url" second-only)"
+stop_server pdr
+[ "$nfiles" -ge 1 ] && grep -q "conversations found" "$W/pdr.log" && [ "${reuse_r:-0}" -ge "${reuse_d:-1}" ] &&
+  [ "$ans_r" = "$ans_d" ] &&
+  pass "prompt_cache_survives_restart ($nfiles files; the second run reused $reuse_r)" ||
+  fail prompt_cache_survives_restart "$nfiles files, reused ${reuse_r:-?}: $(grep -i 'prompt cache' "$W/pdr.log" | tail -2)"
+
 # ---- slow clients: 1100 connections that send their headers a line every half second
 # (more than the server's 1024 connections) hold nothing past --read-timeout
 start_server slowl "$M" --read-timeout 1 --parallel 1 || exit 1

@@ -1,0 +1,24 @@
+/* The session's private layout, shared by session.c and session_file.c
+ * (saving and loading a session's cache). */
+#ifndef MS_RUNTIME_SESSION_H
+#define MS_RUNTIME_SESSION_H
+
+#include "base/trace.h"
+#include "models/family.h"
+#include "moestream.h"
+
+struct ms_session {
+    ms_engine *eng;
+    int64_t ctx, pos;
+    ms_kv *kv;             /* [n_layers] */
+    ms_kvfmt kv_fmt;
+    ms_scratch scratch;    /* attention's work area, grown on demand */
+    float *logits;         /* [vocab]: last evaluated row */
+    int have_logits;
+    ms_timers timers;
+    ms_stats stats;
+    ms_trace *trace;
+    int32_t *hist;         /* [ctx]: the token at each cached position */
+};
+
+#endif

@@ -1,0 +1,252 @@
+/* A session's cache in a file: the ids it holds, the KV cache of every
+ * layer (the positions it holds, as stored: f32, bf16 or e4m3 with its
+ * scales) and the last logits, so that a conversation can leave memory and
+ * come back without being evaluated again (serve --prompt-cache-dir).
+ *
+ * Layout (little-endian, this machine's): a header of fixed fields (magic,
+ * model identity, context, position, vocabulary, layers, KV format, whether
+ * logits are held), the ids, the logits, then per layer its ring geometry
+ * and, plane by plane, the slots in use; last an FNV-1a checksum of all
+ * that precedes it. The identity hashes the checkpoint folder's real path,
+ * its config.json and its shards' sizes and modification times, so another
+ * model, or the same folder with other weights, is refused. Loading needs a
+ * session of the same engine, context and KV format. Files are written
+ * under a temporary name and renamed into place. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "base/error.h"
+#include "runtime/engine.h"
+#include "runtime/session.h"
+
+static const char magic[8] = {'M', 'S', 'K', 'V', 'v', '1', 0, 0};
+
+typedef struct header {
+    char magic[8];
+    uint64_t model;
+    int64_t ctx, pos, vocab, n_layers, fmt, have_logits;
+} header;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The identity of the engine's checkpoint (see the file comment). */
+static uint64_t model_id(const ms_engine *eng)
+{
+    uint64_t h = 14695981039346656037ull;
+    char real[PATH_MAX];
+    const char *dir = realpath(eng->ck->dir, real) ? real : eng->ck->dir;
+    h = fnv(h, dir, strlen(dir));
+    char *cfg = json_dumps(eng->ck->config, JSON_SORT_KEYS | JSON_COMPACT);
+    if (cfg)
+        h = fnv(h, cfg, strlen(cfg));
+    free(cfg);
+    for (int i = 0; i < eng->ck->n_files; i++) {
+        struct stat st;
+        if (stat(eng->ck->files[i].path, &st) == 0) {
+            int64_t v[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec,
+                            (int64_t)st.st_mtim.tv_nsec};
+            h = fnv(h, v, sizeof v);
+        }
+    }
+    return h;
+}
+
+typedef struct io {
+    FILE *f;
+    uint64_t sum;
+    int bad;
+} io;
+
+static void put(io *o, const void *p, size_t n)
+{
+    if (!o->bad && fwrite(p, 1, n, o->f) != n)
+        o->bad = 1;
+    o->sum = fnv(o->sum, p, n);
+}
+
+static int get(io *o, void *p, size_t n)
+{
+    if (o->bad || fread(p, 1, n, o->f) != n) {
+        o->bad = 1;
+        return -1;
+    }
+    o->sum = fnv(o->sum, p, n);
+    return 0;
+}
+
+/* The slots in use of layer kv holding positions [0, pos): plane by plane,
+ * the first min(pos, cap) slots (a ring's slots are in position % cap
+ * order, the same in the session it comes back to). */
+static int64_t used_slots(const ms_kv *kv, int64_t pos)
+{
+    return pos < kv->cap ? pos : kv->cap;
+}
+
+static void put_layer(io *o, const ms_kv *kv, int64_t pos)
+{
+    int64_t geo[4] = {kv->cap, kv->row, kv->plane, kv->group};
+    put(o, geo, sizeof geo);
+    int64_t slots = used_slots(kv, pos), planes = kv->row / kv->plane, es = ms_kvfmt_size(kv->fmt);
+    for (int64_t p = 0; p < planes; p++) {
+        put(o, (const uint8_t *)kv->data + (p * kv->cap) * kv->plane * es,
+            (size_t)(slots * kv->plane * es));
+        if (kv->scale)
+            put(o, kv->scale + (p * kv->cap) * (kv->plane / kv->group),
+                sizeof(float) * (size_t)(slots * (kv->plane / kv->group)));
+    }
+}
+
+static int get_layer(io *o, ms_kv *kv, int64_t pos, int l, ms_err *err)
+{
+    int64_t geo[4];
+    if (get(o, geo, sizeof geo))
+        return -1;
+    if (geo[0] != kv->cap || geo[1] != kv->row || geo[2] != kv->plane || geo[3] != kv->group)
+        return ms_err_set(err, MS_E_MISMATCH, "layer %d's cache is %lld x %lld (planes of %lld) "
+                          "in the file, %lld x %lld in this session", l, (long long)geo[0],
+                          (long long)geo[1], (long long)geo[2], (long long)kv->cap,
+                          (long long)kv->row);
+    int64_t slots = used_slots(kv, pos), planes = kv->row / kv->plane, es = ms_kvfmt_size(kv->fmt);
+    for (int64_t p = 0; p < planes; p++) {
+        if (get(o, (uint8_t *)kv->data + (p * kv->cap) * kv->plane * es,
+                (size_t)(slots * kv->plane * es)))
+            return -1;
+        if (kv->scale && get(o, kv->scale + (p * kv->cap) * (kv->plane / kv->group),
+                             sizeof(float) * (size_t)(slots * (kv->plane / kv->group))))
+            return -1;
+    }
+    return 0;
+}
+
+int ms_session_save(const ms_session *s, const char *path, ms_error *err)
+{
+    const ms_model *m = s->eng->model;
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return ms_err_set(err, MS_E_ARG, "%s: path too long", path);
+    io o = {.f = fopen(tmp, "wbx"), .sum = 14695981039346656037ull};
+    if (!o.f)
+        return ms_err_set(err, MS_E_IO, "%s: cannot create (%s)", tmp, strerror(errno));
+    header h = {.model = model_id(s->eng), .ctx = s->ctx, .pos = s->pos, .vocab = m->vocab,
+                .n_layers = m->n_layers, .fmt = s->kv_fmt, .have_logits = s->have_logits};
+    memcpy(h.magic, magic, sizeof magic);
+    put(&o, &h, sizeof h);
+    put(&o, s->hist, sizeof *s->hist * (size_t)s->pos);
+    if (s->have_logits)
+        put(&o, s->logits, sizeof *s->logits * (size_t)m->vocab);
+    for (int l = 0; l < m->n_layers; l++)
+        put_layer(&o, &s->kv[l], s->pos);
+    uint64_t sum = o.sum;
+    put(&o, &sum, sizeof sum);
+    if (fclose(o.f) != 0)
+        o.bad = 1;
+    if (o.bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return ms_err_set(err, MS_E_IO, "%s: cannot write the session (%s)", path,
+                          strerror(errno ? errno : EIO));
+    }
+    return 0;
+}
+
+/* Opens path and checks its header against the engine (and, when s is not
+ * NULL, the session's context and format). */
+static int open_file(const char *path, const ms_engine *eng, const ms_session *s, io *o,
+                     header *h, ms_err *err)
+{
+    *o = (io){.f = fopen(path, "rb"), .sum = 14695981039346656037ull};
+    if (!o->f)
+        return ms_err_set(err, MS_E_IO, "%s: cannot open (%s)", path, strerror(errno));
+    const ms_model *m = eng->model;
+    if (get(o, h, sizeof *h) || memcmp(h->magic, magic, sizeof magic))
+        return ms_err_set(err, MS_E_FORMAT, "%s: not a moestream session file", path);
+    if (h->model != model_id(eng) || h->vocab != m->vocab || h->n_layers != m->n_layers)
+        return ms_err_set(err, MS_E_MISMATCH, "%s: saved from another model (or the same "
+                          "folder with other weights)", path);
+    if (h->pos < 0 || h->pos > h->ctx || h->ctx < 1 || h->ctx > (INT64_C(1) << 40))
+        return ms_err_set(err, MS_E_FORMAT, "%s: position %lld of a context of %lld", path,
+                          (long long)h->pos, (long long)h->ctx);
+    if (s && (h->ctx != s->ctx || h->fmt != s->kv_fmt))
+        return ms_err_set(err, MS_E_MISMATCH, "%s: a context of %lld tokens in %s; this session "
+                          "has %lld in %s", path, (long long)h->ctx,
+                          ms_kvfmt_name((ms_kvfmt)h->fmt), (long long)s->ctx,
+                          ms_kvfmt_name(s->kv_fmt));
+    return 0;
+}
+
+int ms_session_file_ids(const char *path, const ms_engine *eng, int32_t **ids, int64_t *n,
+                        ms_error *err)
+{
+    io o;
+    header h;
+    *ids = NULL;
+    *n = 0;
+    int rc = open_file(path, eng, NULL, &o, &h, err);
+    if (rc == 0) {
+        *ids = malloc(sizeof **ids * (size_t)(h.pos ? h.pos : 1));
+        if (!*ids)
+            rc = ms_err_set(err, MS_E_NOMEM, "%s: out of memory reading its ids", path);
+        else if (get(&o, *ids, sizeof **ids * (size_t)h.pos))
+            rc = ms_err_set(err, MS_E_FORMAT, "%s: cut short", path);
+        else
+            *n = h.pos;
+    }
+    if (o.f)
+        fclose(o.f);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
+}
+
+int ms_session_load(ms_session *s, const char *path, ms_error *err)
+{
+    const ms_model *m = s->eng->model;
+    io o;
+    header h;
+    int rc = open_file(path, s->eng, s, &o, &h, err);
+    int32_t *ids = NULL;
+    if (rc == 0) { /* the ids first, in a copy: the session changes only once all is read */
+        ids = malloc(sizeof *ids * (size_t)(h.pos ? h.pos : 1));
+        if (!ids || get(&o, ids, sizeof *ids * (size_t)h.pos))
+            rc = ms_err_set(err, ids ? MS_E_FORMAT : MS_E_NOMEM, "%s: cut short", path);
+        for (int64_t i = 0; rc == 0 && i < h.pos; i++)
+            if (ids[i] < 0 || ids[i] >= m->vocab)
+                rc = ms_err_set(err, MS_E_FORMAT, "%s: id %d at position %lld is not in the "
+                                "vocabulary", path, ids[i], (long long)i);
+    }
+    if (rc == 0) { /* from here on the session is being overwritten */
+        s->pos = 0;
+        s->have_logits = 0;
+    }
+    if (rc == 0 && h.have_logits && get(&o, s->logits, sizeof *s->logits * (size_t)m->vocab))
+        rc = ms_err_set(err, MS_E_FORMAT, "%s: cut short", path);
+    for (int l = 0; rc == 0 && l < m->n_layers; l++)
+        if (get_layer(&o, &s->kv[l], h.pos, l, err))
+            rc = o.bad ? ms_err_set(err, MS_E_FORMAT, "%s: cut short", path) : -1;
+    uint64_t want = o.sum, sum = 0;
+    if (rc == 0 && (fread(&sum, 1, sizeof sum, o.f) != sizeof sum || sum != want))
+        rc = ms_err_set(err, MS_E_FORMAT, "%s: checksum mismatch (a damaged file)", path);
+    if (rc == 0) {
+        memcpy(s->hist, ids, sizeof *ids * (size_t)h.pos);
+        s->pos = h.pos;
+        s->have_logits = (int)h.have_logits;
+    }
+    free(ids);
+    if (o.f)
+        fclose(o.f);
+    return rc;
+}

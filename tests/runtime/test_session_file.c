@@ -1,0 +1,196 @@
+/* A session saved to a file and loaded into another session continues
+ * exactly as the original: the same logits bit for bit and the same next
+ * tokens, for every KV format (f32, bf16, fp8) and for a sliding-window
+ * model whose ring has wrapped (gpt_oss) and an MLA model (deepseek_v3),
+ * on tiny checkpoints written by tools/tinyckpt/ into $MS_TMP. Refused,
+ * naming what differs: another context, another format, another model, a
+ * cut or damaged file; a refusal from the header leaves the session as it
+ * was. */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "moestream.h"
+
+static const char *tmpdir(void)
+{
+    const char *t = getenv("MS_TMP");
+    return t && *t ? t : "/tmp";
+}
+
+static int make_model(const char *gen, const char *out)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/tinyckpt/%s --out %s >/dev/null 2>&1",
+             gen, out);
+    return system(cmd);
+}
+
+static int32_t argmax(const float *l, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = i;
+    return b;
+}
+
+/* Evaluates a prompt of n ids in a, saves, loads into b, then decodes 6
+ * greedy steps in both: every step's logits equal. */
+static void roundtrip(ms_engine *eng, int kv, int64_t n, const char *what)
+{
+    ms_error err = {0};
+    ms_session *a = NULL, *b = NULL;
+    ms_session_opts so = {.ctx = 512, .kv_format = kv};
+    int32_t V = ms_engine_info(eng)->vocab_size;
+    char path[600];
+    snprintf(path, sizeof path, "%s/session_%s_%d.kv", tmpdir(), what, kv);
+    if (ms_session_open(eng, &so, &a, &err) || ms_session_open(eng, &so, &b, &err)) {
+        CHECK(0, "%s: %s", what, err.msg);
+        goto out;
+    }
+    int32_t ids[400];
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)((i * 37 + 11) % (V - 20));
+    if (ms_session_eval(a, ids, n, NULL, &err) || ms_session_save(a, path, &err) ||
+        ms_session_load(b, path, &err)) {
+        CHECK(0, "%s kv %d: %s", what, kv, err.msg);
+        goto out;
+    }
+    CHECK(ms_session_pos(b) == n, "%s: position %lld after load, want %lld", what,
+          (long long)ms_session_pos(b), (long long)n);
+    CHECK(ms_session_shared(b, ids, n) == n - 1 || ms_session_shared(b, ids, n) == n,
+          "%s: the loaded session does not hold the prompt's ids", what);
+    for (int step = 0; step < 6; step++) {
+        const float *la = ms_session_logits(a), *lb = ms_session_logits(b);
+        CHECK(la && lb && memcmp(la, lb, sizeof *la * (size_t)V) == 0,
+              "%s kv %d: logits differ at step %d", what, kv, step);
+        int32_t t = argmax(la, V);
+        if (ms_session_eval(a, &t, 1, NULL, &err) || ms_session_eval(b, &t, 1, NULL, &err)) {
+            CHECK(0, "%s: %s", what, err.msg);
+            break;
+        }
+    }
+out:
+    unlink(path);
+    ms_session_close(a);
+    ms_session_close(b);
+}
+
+static ms_engine *open_model(const char *gen, const char *name)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/session_file_%s", tmpdir(), name);
+    if (make_model(gen, dir)) {
+        CHECK(0, "tools/tinyckpt/%s failed", gen);
+        return NULL;
+    }
+    ms_error err = {0};
+    ms_engine *eng = NULL;
+    ms_engine_opts eo = {.quiet = 1};
+    if (ms_engine_open(dir, &eo, &eng, &err)) {
+        CHECK(0, "%s: %s", name, err.msg);
+        return NULL;
+    }
+    return eng;
+}
+
+static void test_roundtrip_every_format_sliding_ring(void)
+{
+    ms_engine *eng = open_model("gpt_oss.py --preset tiny --seed 3", "gpt_oss");
+    if (!eng)
+        return;
+    /* 300 positions: past the tiny model's sliding window, so its ring has wrapped */
+    for (int kv = MS_KVCACHE_F32; kv <= MS_KVCACHE_FP8; kv++)
+        roundtrip(eng, kv, 300, "gpt_oss");
+    ms_engine_close(eng);
+}
+
+static void test_roundtrip_mla(void)
+{
+    ms_engine *eng = open_model("deepseek_v3.py --preset tiny --seed 7", "deepseek");
+    if (!eng)
+        return;
+    roundtrip(eng, MS_KVCACHE_F32, 40, "deepseek_v3");
+    roundtrip(eng, MS_KVCACHE_FP8, 40, "deepseek_v3");
+    ms_engine_close(eng);
+}
+
+static void test_refusals(void)
+{
+    ms_engine *eng = open_model("gpt_oss.py --preset tiny --seed 3", "gpt_oss_r");
+    ms_engine *other = open_model("gpt_oss.py --preset tiny --seed 4", "gpt_oss_other");
+    if (!eng || !other) {
+        ms_engine_close(eng);
+        ms_engine_close(other);
+        return;
+    }
+    ms_error err = {0};
+    ms_session *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL;
+    ms_session_opts so = {.ctx = 256, .kv_format = MS_KVCACHE_F32};
+    ms_session_opts small = {.ctx = 128, .kv_format = MS_KVCACHE_F32};
+    ms_session_opts bf16 = {.ctx = 256, .kv_format = MS_KVCACHE_BF16};
+    char path[600], cut[600];
+    snprintf(path, sizeof path, "%s/session_refuse.kv", tmpdir());
+    snprintf(cut, sizeof cut, "%s/session_cut.kv", tmpdir());
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++)
+        ids[i] = 5 + 3 * i;
+    if (ms_session_open(eng, &so, &a, &err) || ms_session_open(eng, &small, &b, &err) ||
+        ms_session_open(eng, &bf16, &c, &err) || ms_session_open(other, &so, &d, &err) ||
+        ms_session_open(eng, &so, &e, &err) || ms_session_eval(a, ids, 20, NULL, &err) ||
+        ms_session_save(a, path, &err) || ms_session_eval(b, ids, 7, NULL, &err)) {
+        CHECK(0, "%s", err.msg);
+        goto out;
+    }
+    CHECK(ms_session_load(b, path, &err) != 0 && strstr(err.msg, "context of 256"),
+          "another context: %s", err.msg);
+    CHECK(ms_session_pos(b) == 7, "a header refusal changed the session (pos %lld)",
+          (long long)ms_session_pos(b));
+    CHECK(ms_session_load(c, path, &err) != 0 && strstr(err.msg, "bf16"), "another format: %s",
+          err.msg);
+    CHECK(ms_session_load(d, path, &err) != 0 && strstr(err.msg, "another model"),
+          "another model: %s", err.msg);
+    /* cut short, then one byte flipped in the KV data */
+    FILE *f = fopen(path, "rb");
+    char buf[1 << 16];
+    size_t len = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+        fclose(f);
+    CHECK(len > 200 && len < sizeof buf, "unexpected file size %zu", len);
+    f = fopen(cut, "wb");
+    fwrite(buf, 1, len - 100, f);
+    fclose(f);
+    CHECK(ms_session_load(e, cut, &err) != 0 && strstr(err.msg, "cut short"), "cut: %s",
+          err.msg);
+    buf[len - 200] ^= 0x40;
+    f = fopen(cut, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    CHECK(ms_session_load(e, cut, &err) != 0 && strstr(err.msg, "checksum"), "damaged: %s",
+          err.msg);
+    CHECK(ms_session_pos(e) == 0, "a damaged body left position %lld", (long long)ms_session_pos(e));
+    int32_t *got = NULL;
+    int64_t n = 0;
+    CHECK(ms_session_file_ids(path, eng, &got, &n, &err) == 0 && n == 20 && got &&
+          memcmp(got, ids, sizeof ids) == 0, "file ids: %s", err.msg);
+    free(got);
+out:
+    unlink(path);
+    unlink(cut);
+    ms_session_close(a);
+    ms_session_close(b);
+    ms_session_close(c);
+    ms_session_close(d);
+    ms_session_close(e);
+    ms_engine_close(eng);
+    ms_engine_close(other);
+}
+
+int main(void)
+{
+    TEST_CASE(test_roundtrip_every_format_sliding_ring);
+    TEST_CASE(test_roundtrip_mla);
+    TEST_CASE(test_refusals);
+    return t_finish();
+}
