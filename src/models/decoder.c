@@ -21,6 +21,13 @@ int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err)
 {
     const ms_model *b = dec->base;
     int64_t B = b->max_batch, d = dec->d, work = 0, E = 1, K = 1, shared = 0;
+    if (dec->layer_forward) { /* the family's layers keep their own scratch; blocks, no spans */
+        if (!(dec->x = ms_arena_alloc(&dec->base->arena, (size_t)(B * d) * 4, "activations", err)) ||
+            !(dec->xn = ms_arena_alloc(&dec->base->arena, (size_t)(B * d) * 4, "activations",
+                                       err)))
+            return -1;
+        return 0;
+    }
     for (int l = 0; l < b->n_layers; l++) {
         const ms_decoder_layer *L = &dec->layers[l];
         int64_t w = L->use_mla ? ms_mla_scratch(&L->mla, B) : ms_gqa_scratch(&L->attn, B);
@@ -223,6 +230,12 @@ int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, 
     return ms_decoder_alloc_scratch(dec, err);
 }
 
+static int non_finite(int l, ms_err *err)
+{
+    return ms_err_set(err, MS_E_FORMAT, "layer %d produced non-finite values (NaN or Inf) in "
+                      "the residual stream: the checkpoint's weights or config give them", l);
+}
+
 int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
 {
     ms_model *b = dec->base;
@@ -242,6 +255,16 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         ms_decoder_layer *L = &dec->layers[l];
         t1 = ms_now();
         tm->other += t1 - t0;
+        if (dec->layer_forward) { /* it keeps its own timers */
+            if (dec->layer_forward(dec->fam, f, l, r.x, err))
+                return -1;
+            t0 = ms_now();
+            if (!ms_all_finite(r.x, n * d))
+                return non_finite(l, err);
+            if (f->on_layer)
+                f->on_layer(f->on_layer_ctx, l + 1, b->n_layers);
+            continue;
+        }
         for (int64_t b0 = 0; b0 < n; b0 += B) {
             ms_fwd fb = *f;
             fb.ids = f->ids + b0;
@@ -265,9 +288,7 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         if (b->prefetch && b->experts)
             prefetch_next(dec, l, r.x, n, 0, dec->work);
         if (!ms_all_finite(r.x, n * d))
-            return ms_err_set(err, MS_E_FORMAT, "layer %d produced non-finite values (NaN or "
-                              "Inf) in the residual stream: the checkpoint's weights or "
-                              "config give them", l);
+            return non_finite(l, err);
         t1 = ms_now();
         tm->experts += t1 - t0;
         t0 = t1;

@@ -37,8 +37,15 @@ typedef struct ms_decoder_layer {
     ms_mlp mlp;                         /* dense layers */
 } ms_decoder_layer;
 
+/* A family's own layer, for graphs the shared one does not draw
+ * (LongCat's ScMoE): x [n][d] += layer l, n <= max_batch (such a model
+ * runs prompts in blocks of max_batch). */
+typedef int ms_layer_forward_fn(void *fam, const ms_fwd *f, int l, float *x, ms_err *err);
+
 typedef struct ms_decoder {
     ms_model *base;
+    ms_layer_forward_fn *layer_forward; /* NULL: the shared layer below */
+    void *fam;                          /* its first argument */
     int64_t d, vocab;
     float eps;                          /* rms_norm_eps of every norm */
     ms_mat embed, lm_head;              /* [vocab][d] */

@@ -34,6 +34,7 @@
 
 #include "base/json.h"
 #include "models/config.h"
+#include "models/decoder.h"
 #include "models/mla.h"
 #include "models/moe.h"
 #include "models/ops.h"
@@ -54,11 +55,10 @@ typedef struct longcat {
     double eps, rsf;
     ms_mla_rope_cfg rc;
     ms_rope rope;
-    ms_mat embed, lm_head;                  /* [vocab][d] */
-    const float *final_norm;
+    ms_decoder dec;                         /* embedding, layer loop, head */
     lc_layer *layers;                       /* [n_layers] */
-    /* scratch for max_batch positions */
-    float *x, *xn, *h, *tmp, *sc, *rlogits, *topw, *work, *mwork;
+    /* scratch for max_batch positions (the residual is the decoder's) */
+    float *xn, *h, *tmp, *sc, *rlogits, *topw, *work, *mwork;
     int32_t *topi;
 } longcat;
 
@@ -193,7 +193,7 @@ static int alloc_scratch(longcat *m, ms_err *err)
         }
     moe = moe > m->n_experts ? moe : m->n_experts; /* also the prefetch's id list */
     struct { void **p; int64_t n; } bufs[] = {
-        {(void **)&m->x, B * d},    {(void **)&m->xn, B * d},        {(void **)&m->h, B * d},
+        {(void **)&m->xn, B * d},        {(void **)&m->h, B * d},
         {(void **)&m->tmp, B * d},  {(void **)&m->sc, B * d},        {(void **)&m->rlogits, B * E},
         {(void **)&m->topw, B * K}, {(void **)&m->topi, B * K},      {(void **)&m->work, work},
         {(void **)&m->mwork, moe},
@@ -205,30 +205,35 @@ static int alloc_scratch(longcat *m, ms_err *err)
     return 0;
 }
 
-/* Binds everything and, for a runnable model, prepares the absorbed MLA. */
+static void layer_bind(void *fam, ms_binder *b, int l)
+{
+    describe_layer(fam, l);
+    bind_layer(fam, b, l);
+}
+
+/* A bound layer's absorbed MLA (both sub-blocks). */
+static int prepare(void *fam, int l, ms_err *err)
+{
+    longcat *m = fam;
+    for (int i = 0; i < 2; i++)
+        if (ms_mla_prepare(&m->layers[l].attn[i], &m->base.arena, err))
+            return -1;
+    return 0;
+}
+
+static int layer_forward(void *fam, const ms_fwd *f, int l, float *x, ms_err *err);
+
+/* Binds everything through the decoder (which owns embedding, head and the
+ * layer loop) and, for a runnable model, the ScMoE layers' scratch. */
 static int bind_model(longcat *m, ms_binder *b, const ms_model_opts *opts, ms_err *err)
 {
-    float *v;
-    ms_bind_plain_linear(b, MS_ROLE_EMBED, "model.embed_tokens.weight", m->vocab, m->d,
-                         MS_DTYPE_BF16, &m->embed);
-    for (int l = 0; l < m->base.n_layers; l++) {
-        describe_layer(m, l);
-        bind_layer(m, b, l);
-    }
-    ms_bind_vector(b, MS_ROLE_DENSE, "model.norm.weight", m->d, &v);
-    m->final_norm = v;
-    if (m->tie)
-        m->lm_head = m->embed;
-    else
-        ms_bind_plain_linear(b, MS_ROLE_DENSE, "lm_head.weight", m->vocab, m->d, MS_DTYPE_BF16,
-                             &m->lm_head);
+    m->dec.layer_forward = layer_forward;
+    m->dec.fam = m;
     ms_bind_ignore_prefix(b, "model.mtp."); /* multi-token prediction: not the main model */
+    if (ms_decoder_bind(&m->dec, b, "model", m->tie, 0, layer_bind, prepare, m, opts, err))
+        return -1;
     if (opts->check_only || ms_bind_problems(b))
         return 0;
-    for (int l = 0; l < m->base.n_layers; l++)
-        for (int i = 0; i < 2; i++)
-            if (ms_mla_prepare(&m->layers[l].attn[i], &m->base.arena, err))
-                return -1;
     return alloc_scratch(m, err);
 }
 
@@ -250,7 +255,7 @@ static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *o
         return -1;
     m->layers = ms_arena_alloc(&m->base.arena, sizeof *m->layers * (size_t)n_layers, "layers",
                                err);
-    if (!m->layers ||
+    if (!m->layers || ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         ms_mla_read_rope(ck->config, (int)m->rope_dim, 1, &m->rope, &m->rc, err) ||
         ms_expert_store_open((int)n_layers, m->n_experts, 3, &m->base.experts, err) ||
         bind_model(m, b, opts, err)) {
@@ -277,28 +282,30 @@ static void lc_describe(const ms_model *mb, FILE *out)
 }
 
 /* x += attention sub-block i of layer l (input norm, MLA). */
-static int attention(longcat *m, const ms_fwd *f, int l, int i, ms_err *err)
+static int attention(longcat *m, const ms_fwd *f, float *x, int l, int i, ms_err *err)
 {
     lc_layer *L = &m->layers[l];
     int64_t n = f->n, d = m->d;
-    ms_rmsnorm(m->x, L->in_norm[i], (float)m->eps, n, d, m->xn);
+    ms_rmsnorm(x, L->in_norm[i], (float)m->eps, n, d, m->xn);
     if (ms_mla_forward(&L->attn[i], f, l, m->xn, m->tmp, m->work, err))
         return -1;
-    ms_add(m->x, m->tmp, n * d);
-    ms_trace_f32(f->trace, m->x, n, d, "L%d.attn%d_out", l, i);
+    ms_add(x, m->tmp, n * d);
+    ms_trace_f32(f->trace, x, n, d, "L%d.attn%d_out", l, i);
     return 0;
 }
 
 /* x += dense MLP i of layer l on the normed state xn. */
-static void dense_mlp(longcat *m, const ms_fwd *f, const ms_mlp *mlp, const float *xn)
+static void dense_mlp(longcat *m, const ms_fwd *f, float *x, const ms_mlp *mlp,
+                      const float *xn)
 {
     ms_mlp_apply(&mlp->gate, &mlp->up, &mlp->down, mlp->d_ff, xn, (int)f->n, m->tmp, m->work);
-    ms_add(m->x, m->tmp, f->n * m->d);
+    ms_add(x, m->tmp, f->n * m->d);
 }
 
 /* One ScMoE layer, as LongcatFlashDecoderLayer.forward. */
-static int layer(longcat *m, const ms_fwd *f, int l, ms_err *err)
+static int layer_forward(void *fam, const ms_fwd *f, int l, float *x, ms_err *err)
 {
+    longcat *m = fam;
     lc_layer *L = &m->layers[l];
     ms_model *b = &m->base;
     int64_t n = f->n, d = m->d;
@@ -306,13 +313,13 @@ static int layer(longcat *m, const ms_fwd *f, int l, ms_err *err)
     ms_timers *tm = f->timers;
     double t0 = ms_now(), t1;
 
-    if (attention(m, f, l, 0, err))
+    if (attention(m, f, x, l, 0, err))
         return -1;
     t1 = ms_now();
     tm->attn += t1 - t0;
     /* h: sub-block 0's post-attention-normed state, the input of both its
      * MLP and the shortcut MoE */
-    ms_rmsnorm(m->x, L->post_norm[0], (float)m->eps, n, d, m->h);
+    ms_rmsnorm(x, L->post_norm[0], (float)m->eps, n, d, m->h);
     ms_route(&L->router, m->h, n, m->rlogits, m->topi, m->topw);
     ms_trace_f32(f->trace, m->rlogits, n, L->router.n_experts, "L%d.router_logits", l);
     ms_trace_i32(f->trace, m->topi, n, k, "L%d.topk_ids", l);
@@ -321,11 +328,11 @@ static int layer(longcat *m, const ms_fwd *f, int l, ms_err *err)
      * after sub-block 1's attention (the window ScMoE was designed for) */
     if (b->prefetch && n == 1)
         ms_moe_prefetch_ids(b->experts, &L->moe, m->topi, n, (int32_t *)m->mwork);
-    dense_mlp(m, f, &L->mlp[0], m->h);
+    dense_mlp(m, f, x, &L->mlp[0], m->h);
     t0 = ms_now();
     tm->experts += t0 - t1;
 
-    if (attention(m, f, l, 1, err))
+    if (attention(m, f, x, l, 1, err))
         return -1;
     t1 = ms_now();
     tm->attn += t1 - t0;
@@ -333,40 +340,17 @@ static int layer(longcat *m, const ms_fwd *f, int l, ms_err *err)
      * sub-block 1: it may run concurrently with it (own scratch and output) */
     if (ms_moe_forward(&L->moe, b->experts, m->h, n, m->topi, m->topw, m->sc, m->mwork, err))
         return -1;
-    ms_rmsnorm(m->x, L->post_norm[1], (float)m->eps, n, d, m->xn);
-    dense_mlp(m, f, &L->mlp[1], m->xn);
-    ms_add(m->x, m->sc, n * d); /* residual + mlp1 + shortcut, in upstream's order */
-    ms_trace_f32(f->trace, m->x, n, d, "L%d.moe_out", l);
+    ms_rmsnorm(x, L->post_norm[1], (float)m->eps, n, d, m->xn);
+    dense_mlp(m, f, x, &L->mlp[1], m->xn);
+    ms_add(x, m->sc, n * d); /* residual + mlp1 + shortcut, in upstream's order */
+    ms_trace_f32(f->trace, x, n, d, "L%d.moe_out", l);
     tm->experts += ms_now() - t1;
     return 0;
 }
 
 static int lc_forward(ms_model *mb, const ms_fwd *f, ms_err *err)
 {
-    longcat *m = (longcat *)mb;
-    int64_t n = f->n, d = m->d;
-    double t0 = ms_now();
-    for (int64_t t = 0; t < n; t++) /* ids as given: no BOS, ever */
-        ms_mat_row(&m->embed, f->ids[t], m->x + t * d);
-    f->timers->other += ms_now() - t0;
-    for (int l = 0; l < mb->n_layers; l++) {
-        if (layer(m, f, l, err))
-            return -1;
-        if (!ms_all_finite(m->x, n * d))
-            return ms_err_set(err, MS_E_FORMAT, "layer %d produced non-finite values (NaN or "
-                              "Inf) in the residual stream: the checkpoint's weights or "
-                              "config give them", l);
-    }
-    t0 = ms_now();
-    if (f->logits) { /* no logits buffer: an inner block of a longer prompt */
-        int64_t first = f->logits_all ? 0 : n - 1;
-        ms_rmsnorm(m->x + first * d, m->final_norm, (float)m->eps, n - first, d, m->xn);
-        ms_trace_f32(f->trace, m->xn, n - first, d, "final_norm");
-        ms_matmul(&m->lm_head, m->xn, (int)(n - first), f->logits);
-        ms_trace_f32(f->trace, f->logits, n - first, m->vocab, "logits");
-    }
-    f->timers->head += ms_now() - t0;
-    return 0;
+    return ms_decoder_forward(&((longcat *)mb)->dec, f, err); /* ids as given: no BOS, ever */
 }
 
 const ms_family ms_family_longcat_flash = {
