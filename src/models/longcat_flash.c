@@ -50,8 +50,10 @@ typedef struct lc_layer {
 typedef struct longcat {
     ms_model base;
     /* hyper-parameters from config.json */
-    int64_t d, n_heads, q_lora, kv_lora, nope, rope_dim, v, d_ff, d_ff_expert, vocab;
-    int n_experts, n_zero, top_k, router_bias, attn_bias, tie, scale_q, scale_kv;
+    int64_t n_layers, d, n_heads, n_kv, q_lora, kv_lora, nope, rope_dim, v, qk, rot, d_ff,
+        d_ff_expert, vocab, max_pos;
+    int64_t n_experts, n_zero, top_k;
+    int router_bias, attn_bias, tie, scale_q, scale_kv;
     double eps, rsf;
     ms_mla_rope_cfg rc;
     ms_rope rope;
@@ -66,57 +68,60 @@ static const ms_cfg_fixed fixed[] = {
     {"hidden_act", "silu"}, {"zero_expert_type", "identity"}, {"attention_method", "MLA"},
 };
 
-static int read_config(longcat *m, const json_t *c, int64_t *n_layers, ms_err *err)
+#define K(key, type, req, def, lo, hi, field) {key, type, req, def, lo, hi, 0, offsetof(longcat, field)}
+#define DERIVED(key, field) {key, MS_KEY_INT, 0, 0, 0, 65536, 1, offsetof(longcat, field)}
+static const ms_cfg_key keys[] = {
+    K("num_layers", MS_KEY_INT, 1, 0, 1, 4096, n_layers),
+    K("hidden_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, d),
+    K("num_attention_heads", MS_KEY_INT, 1, 0, 1, 65536, n_heads),
+    DERIVED("num_key_value_heads", n_kv),              /* 0: the heads */
+    K("q_lora_rank", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, q_lora),
+    K("kv_lora_rank", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, kv_lora),
+    K("qk_nope_head_dim", MS_KEY_INT, 1, 0, 1, 65536, nope),
+    K("qk_rope_head_dim", MS_KEY_INT, 1, 0, 2, 65536, rope_dim),
+    K("v_head_dim", MS_KEY_INT, 1, 0, 1, 65536, v),
+    DERIVED("qk_head_dim", qk),                        /* 0: nope + rope */
+    K("head_dim", MS_KEY_INT, 0, 64, 1, 65536, rot),   /* transformers' rotary dim */
+    K("vocab_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_VOCAB, vocab),
+    K("expert_ffn_hidden_size", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_DIM, d_ff_expert),
+    K("n_routed_experts", MS_KEY_INT, 1, 0, 1, MS_ROUTER_MAX_EXPERTS, n_experts),
+    K("zero_expert_num", MS_KEY_INT, 0, 0, 0, MS_ROUTER_MAX_EXPERTS, n_zero),
+    K("max_position_embeddings", MS_KEY_INT, 1, 0, 1, MS_CFG_MAX_POS, max_pos),
+    K("router_bias", MS_KEY_BOOL, 0, 0, 0, 1, router_bias),
+    K("attention_bias", MS_KEY_BOOL, 0, 0, 0, 1, attn_bias),
+    K("tie_word_embeddings", MS_KEY_BOOL, 0, 0, 0, 1, tie),
+    K("mla_scale_q_lora", MS_KEY_BOOL, 0, 1, 0, 1, scale_q),
+    K("mla_scale_kv_lora", MS_KEY_BOOL, 0, 1, 0, 1, scale_kv),
+    {"routed_scaling_factor", MS_KEY_NUM, 1, 0, 0, 1e4, 1, offsetof(longcat, rsf)},
+    {"rms_norm_eps", MS_KEY_NUM, 1, 0, 0, 0.5, 1, offsetof(longcat, eps)},
+};
+#undef K
+#undef DERIVED
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+
+static int read_config(longcat *m, const json_t *c, ms_err *err)
 {
     const char *f = "config.json";
-    int64_t kv_heads, qk, rot, e, z, k;
     const char *ffkey = json_object_get(c, "ffn_hidden_size") ? "ffn_hidden_size"
                                                                : "intermediate_size";
-    if (ms_json_int_in(c, f, "num_layers", 1, 4096, n_layers, err) ||
-        ms_json_int_in(c, f, "hidden_size", 1, MS_CFG_MAX_DIM, &m->d, err) ||
-        ms_json_int_in(c, f, "num_attention_heads", 1, 65536, &m->n_heads, err) ||
-        ms_json_int_opt_in(c, f, "num_key_value_heads", 1, 65536, m->n_heads, &kv_heads, err) ||
-        ms_json_int_in(c, f, "q_lora_rank", 0, MS_CFG_MAX_DIM, &m->q_lora, err) ||
-        ms_json_int_in(c, f, "kv_lora_rank", 1, MS_CFG_MAX_DIM, &m->kv_lora, err) ||
-        ms_json_int_in(c, f, "qk_nope_head_dim", 1, 65536, &m->nope, err) ||
-        ms_json_int_in(c, f, "qk_rope_head_dim", 2, 65536, &m->rope_dim, err) ||
-        ms_json_int_in(c, f, "v_head_dim", 1, 65536, &m->v, err) ||
-        ms_json_int_opt_in(c, f, "qk_head_dim", 1, 65536, m->nope + m->rope_dim, &qk, err) ||
-        ms_json_int_opt_in(c, f, "head_dim",
-                           1, 65536, 64, &rot, err) || /* transformers' rotary dim */
-        ms_json_int_in(c, f, "vocab_size", 1, MS_CFG_MAX_VOCAB, &m->vocab, err) ||
+    if (ms_cfg_read(c, f, keys, N_KEYS, m, err) ||
         ms_json_int_in(c, f, ffkey, 1, MS_CFG_MAX_DIM, &m->d_ff, err) ||
-        ms_json_int_in(c, f, "expert_ffn_hidden_size", 1, MS_CFG_MAX_DIM, &m->d_ff_expert, err) ||
-        ms_json_int_in(c, f, "n_routed_experts", 1, MS_ROUTER_MAX_EXPERTS, &e, err) ||
-        ms_json_int_opt_in(c, f, "zero_expert_num", 0, MS_ROUTER_MAX_EXPERTS, 0, &z, err) ||
-        ms_json_int_either(c, f, "moe_topk", "num_experts_per_tok", &k, err) ||
-        ms_json_num(c, f, "routed_scaling_factor", &m->rsf, err) ||
-        ms_json_range(f, "routed_scaling_factor", m->rsf, 0, 1e4, 1, err) ||
-        ms_json_bool_opt(c, f, "router_bias", 0, &m->router_bias, err) ||
-        ms_json_bool_opt(c, f, "attention_bias", 0, &m->attn_bias, err) ||
-        ms_json_bool_opt(c, f, "tie_word_embeddings", 0, &m->tie, err) ||
-        ms_json_bool_opt(c, f, "mla_scale_q_lora", 1, &m->scale_q, err) ||
-        ms_json_bool_opt(c, f, "mla_scale_kv_lora", 1, &m->scale_kv, err) ||
-        ms_json_num(c, f, "rms_norm_eps", &m->eps, err) ||
-        ms_json_range(f, "rms_norm_eps", m->eps, 0, 0.5, 1, err) ||
-        ms_json_int_in(c, f, "max_position_embeddings", 1, MS_CFG_MAX_POS, &m->base.max_ctx, err) ||
+        ms_json_int_either(c, f, "moe_topk", "num_experts_per_tok", &m->top_k, err) ||
         ms_cfg_check_fixed(c, f, "longcat_flash", fixed, 3, err))
         return -1;
-    m->n_experts = (int)e;
-    m->n_zero = (int)z;
-    m->top_k = (int)k;
-    if (kv_heads != m->n_heads || qk != m->nope + m->rope_dim || rot != m->rope_dim)
+    int64_t kv_heads = m->n_kv ? m->n_kv : m->n_heads, qk = m->qk ? m->qk : m->nope + m->rope_dim;
+    if (kv_heads != m->n_heads || qk != m->nope + m->rope_dim || m->rot != m->rope_dim)
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: num_key_value_heads %lld, "
                           "qk_head_dim %lld, head_dim %lld: longcat_flash needs num_attention_"
                           "heads %lld, qk_nope + qk_rope %lld and qk_rope_head_dim %lld",
-                          (long long)kv_heads, (long long)qk, (long long)rot,
+                          (long long)kv_heads, (long long)qk, (long long)m->rot,
                           (long long)m->n_heads, (long long)(m->nope + m->rope_dim),
                           (long long)m->rope_dim);
     /* every dimension has its range above; these are the relations */
-    if (ms_json_check_int(f, "q_lora_rank", m->q_lora, 1, MS_CFG_MAX_DIM, err) ||
-        ms_json_check_multiple(f, "qk_rope_head_dim", m->rope_dim, 2, "RoPE turns pairs", err) ||
-        ms_json_check_int(f, "zero_expert_num", z, 0, MS_ROUTER_MAX_EXPERTS - e, err) ||
-        ms_json_check_int(f, "moe_topk", k, 1, e + z, err))
+    if (ms_json_check_multiple(f, "qk_rope_head_dim", m->rope_dim, 2, "RoPE turns pairs", err) ||
+        ms_json_check_int(f, "zero_expert_num", m->n_zero, 0,
+                          MS_ROUTER_MAX_EXPERTS - m->n_experts, err) ||
+        ms_json_check_int(f, "moe_topk", m->top_k, 1, m->n_experts + m->n_zero, err))
         return -1;
     return 0;
 }
@@ -139,10 +144,11 @@ static void describe_layer(longcat *m, int l)
         a->kv_off = i * ms_mla_kv_row(a);
         L->mlp[i] = (ms_mlp){.d_model = m->d, .d_ff = m->d_ff};
     }
-    L->router = (ms_router){.kind = MS_ROUTER_SOFTMAX_BIAS, .n_experts = m->n_experts + m->n_zero,
-                            .top_k = m->top_k, .routed_scale = (float)m->rsf};
-    L->moe = (ms_moe){.layer = l, .n_experts = m->n_experts, .n_identity = m->n_zero,
-                      .top_k = m->top_k, .d_model = m->d, .d_ff = m->d_ff_expert,
+    L->router = (ms_router){.kind = MS_ROUTER_SOFTMAX_BIAS,
+                            .n_experts = (int)(m->n_experts + m->n_zero), .top_k = (int)m->top_k,
+                            .routed_scale = (float)m->rsf};
+    L->moe = (ms_moe){.layer = l, .n_experts = (int)m->n_experts, .n_identity = (int)m->n_zero,
+                      .top_k = (int)m->top_k, .d_model = m->d, .d_ff = m->d_ff_expert,
                       .ffn = MS_FFN_SWIGLU};
     m->base.kv_row[l] = 2 * ms_mla_kv_row(&L->attn[0]);
     m->base.kv_group[l] = ms_mla_kv_group(&L->attn[0]);
@@ -179,7 +185,7 @@ static void bind_layer(longcat *m, ms_binder *b, int l)
     ms_bind_plain_vector(b, MS_ROLE_DENSE, n, E, MS_DTYPE_F32, &v);
     L->router.choice_bias = v;
     snprintf(n, sizeof n, "%s.mlp.experts", p); /* the zero experts have no weights */
-    ms_moe_bind_experts(b, m->base.experts, l, n, m->n_experts, m->d, m->d_ff_expert);
+    ms_moe_bind_experts(b, m->base.experts, l, n, (int)m->n_experts, m->d, m->d_ff_expert);
 }
 
 static int alloc_scratch(longcat *m, ms_err *err)
@@ -240,16 +246,16 @@ static int bind_model(longcat *m, ms_binder *b, const ms_model_opts *opts, ms_er
 static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *opts,
                    ms_model **out, ms_err *err)
 {
-    int64_t n_layers;
     longcat tmp = {0};
     *out = NULL;
-    if (read_config(&tmp, ck->config, &n_layers, err))
+    if (read_config(&tmp, ck->config, err))
         return -1;
+    int64_t n_layers = tmp.n_layers;
     longcat *m = ms_model_create(&(ms_model_spec){.tmp = &tmp, .size = sizeof *m,
                                     .family = &ms_family_longcat_flash, .n_layers = (int)n_layers,
-                                    .n_experts = tmp.n_experts, .n_used = tmp.top_k,
+                                    .n_experts = (int)tmp.n_experts, .n_used = (int)tmp.top_k,
                                     .d_model = tmp.d, .vocab = tmp.vocab,
-                                    .max_ctx = 0},
+                                    .max_ctx = tmp.max_pos},
                                  opts, b, err);
     if (!m)
         return -1;
@@ -257,7 +263,7 @@ static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *o
                                err);
     if (!m->layers || ms_decoder_init(&m->dec, &m->base, m->d, m->vocab, (float)m->eps, err) ||
         ms_mla_read_rope(ck->config, (int)m->rope_dim, 1, &m->rope, &m->rc, err) ||
-        ms_expert_store_open((int)n_layers, m->n_experts, 3, &m->base.experts, err) ||
+        ms_expert_store_open((int)n_layers, (int)m->n_experts, 3, &m->base.experts, err) ||
         bind_model(m, b, opts, err)) {
         ms_model_free(&m->base);
         return -1;
@@ -269,16 +275,11 @@ static int lc_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts *o
 static void lc_describe(const ms_model *mb, FILE *out)
 {
     const longcat *m = (const longcat *)mb;
-    fprintf(out, "  hidden_size: %lld\n  num_layers: %d (2 attention + 2 dense MLP sub-blocks "
-            "and 1 shortcut MoE each)\n", (long long)m->d, mb->n_layers);
+    ms_cfg_describe(keys, N_KEYS, mb, out);
+    fprintf(out, "  ffn_hidden_size: %lld\n  moe_topk: %lld\n  (a layer: 2 attention + 2 dense MLP "
+            "sub-blocks and 1 shortcut MoE; zero experts are identities)\n",
+            (long long)m->d_ff, (long long)m->top_k);
     ms_mla_describe(&m->layers[0].attn[0], &m->rc, out);
-    fprintf(out, "  ffn_hidden_size: %lld\n  expert_ffn_hidden_size: %lld\n", (long long)m->d_ff,
-            (long long)m->d_ff_expert);
-    fprintf(out, "  n_routed_experts: %d + zero_expert_num %d (identity)\n  moe_topk: %d "
-            "(softmax + correction bias, routed_scaling_factor %g)\n", m->n_experts, m->n_zero,
-            m->top_k, m->rsf);
-    fprintf(out, "  vocab_size: %lld\n  max_position_embeddings: %lld\n  rms_norm_eps: %g\n",
-            (long long)m->vocab, (long long)mb->max_ctx, m->eps);
 }
 
 /* x += attention sub-block i of layer l (input norm, MLA). */
