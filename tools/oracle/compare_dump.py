@@ -27,6 +27,17 @@ def load(folder, name, manifest):
     return a.reshape(m["shape"])
 
 
+def pairs(args, patterns, mo, mr, missing):
+    """(name, ours, oracle) for each name of `patterns` (expanded over the oracle manifest);
+    a name one manifest lacks is reported, appended to `missing` and skipped."""
+    for name in expand(patterns, mr):
+        if name not in mo or name not in mr:
+            print(f"{name}: missing in {'ours' if name not in mo else 'oracle'}")
+            missing.append(name)
+            continue
+        yield name, load(args.ours, name, mo), load(args.oracle, name, mr)
+
+
 def expand(patterns, manifest):
     out = []
     for p in patterns:
@@ -47,13 +58,8 @@ def main():
     args = ap.parse_args()
     mo = json.load(open(os.path.join(args.ours, "manifest.json")))
     mr = json.load(open(os.path.join(args.oracle, "manifest.json")))
-    ok = True
-    for name in expand(args.float, mr):
-        if name not in mo or name not in mr:
-            print(f"{name}: missing in {'ours' if name not in mo else 'oracle'}")
-            ok = False
-            continue
-        a, r = load(args.ours, name, mo), load(args.oracle, name, mr)
+    ok, missing = True, []
+    for name, a, r in pairs(args, args.float, mo, mr, missing):
         if a.shape != r.shape:
             print(f"{name}: shape {list(a.shape)} vs oracle {list(r.shape)}")
             ok = False
@@ -64,17 +70,13 @@ def main():
         print(f"{name}: max_abs_diff {diff:.3e} range {rng:.3f} rel {diff / max(rng, 1e-30):.2e}"
               f" {'ok' if good else 'FAIL'}")
         ok &= good
-    for name in expand(args.ints, mr):
-        if name not in mo or name not in mr:
-            print(f"{name}: missing in {'ours' if name not in mo else 'oracle'}")
-            ok = False
-            continue
-        a, r = load(args.ours, name, mo), load(args.oracle, name, mr)
+    for name, a, r in pairs(args, args.ints, mo, mr, missing):
         same = a.shape == r.shape and bool(np.array_equal(a, r))
         if not same:
             bad = np.argwhere(a != r)[:5].tolist() if a.shape == r.shape else "shape"
             print(f"{name}: differs at {bad}")
         ok &= same
+    ok = ok and not missing
     print("dump comparison:", "ok" if ok else "FAILED")
     sys.exit(0 if ok else 1)
 

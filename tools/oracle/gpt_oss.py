@@ -21,11 +21,14 @@ from this project's C sources. Lines followed:
 The forward keeps its own KV cache so that greedy decoding feeds one token per step; the
 prompt logits come from one causal pass over the whole prompt.
 
+The pieces shared with the other oracles (YaRN tables, half-split RoPE, the decoder stack,
+expert dispatch, the KV cache and GQA attention with sinks, the CLI driver) are in blocks.py,
+gqa_common.py and dump.py; this file holds what is gpt-oss's own.
+
 CLI:
   gpt_oss.py MODEL_DIR --prompt-ids FILE [--out logits.f32] [--greedy N --greedy-out ids.txt]
              [--dump DIR] [--f64]
 """
-import argparse
 import json
 import math
 import os
@@ -35,8 +38,9 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dump import top2_margin, write_dump  # noqa: E402
-from safetensors_np import ModelFolder  # noqa: E402
+import blocks as bl  # noqa: E402
+import dump as du  # noqa: E402
+import gqa_common as gqa  # noqa: E402
 
 FP4_VALUES = np.array([+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0,
                        -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
@@ -80,95 +84,69 @@ class Config:
         self.layer_types = lt
         self.rope_scaling = cfg.get("rope_scaling") or None
 
+    def is_moe(self, l):
+        return True
+
 
 def rope_params(c):
     """(inv_freq float32 [head_dim/2], attention_factor): _compute_yarn_parameters /
     RotaryEmbedding._compute_concentration_and_inv_freq, in float32 like torch."""
     dim = c.head_dim
-    base = float(c.theta)
-    # torch: base ** (arange(0, dim, 2).float() / dim), float32 throughout
-    pos_freqs = np.power(np.float32(base),
-                         np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))
-    rs = c.rope_scaling
-    rtype = (rs or {}).get("rope_type", (rs or {}).get("type", "default"))
-    if rs is None or rtype == "default":
-        return (np.float32(1.0) / pos_freqs).astype(np.float32), 1.0
+    pos_freqs, inv = bl.rope_inv_freq(dim, c.theta)
+    rs, rtype = c.rope_scaling, bl.rope_type(c.rope_scaling)
+    if rtype == "default":
+        return inv, 1.0
     if rtype != "yarn":
         raise NotImplementedError(f"rope_type {rtype}")
     factor = float(rs["factor"])
     orig = rs.get("original_max_position_embeddings") or c.raw.get(
         "initial_context_length") or c.raw["max_position_embeddings"]
-
-    def get_mscale(scale, mscale=1.0):
-        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-    attn_factor = rs.get("attention_factor")
-    if attn_factor is None:
-        ms, msa = rs.get("mscale"), rs.get("mscale_all_dim")
-        attn_factor = (get_mscale(factor, ms) / get_mscale(factor, msa)) if (ms and msa) \
-            else get_mscale(factor)
-    beta_fast = rs.get("beta_fast") or 32
-    beta_slow = rs.get("beta_slow") or 1
-
-    def corr_dim(rot):
-        return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = corr_dim(beta_fast), corr_dim(beta_slow)
-    if rs.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - np.float32(low))
-                   / np.float32(high - low), 0, 1).astype(np.float32)
-    extrap_factor = np.float32(1) - ramp
-    inv_extra = np.float32(1) / pos_freqs
-    inv_inter = np.float32(1) / (np.float32(factor) * pos_freqs)
-    inv_freq = inv_inter * (np.float32(1) - extrap_factor) + inv_extra * extrap_factor
-    return inv_freq.astype(np.float32), float(attn_factor)
+    return bl.yarn(dim, c.theta, pos_freqs, inv, factor, orig, rs)
 
 
-class GptOss:
+class GptOss(bl.Decoder):
+    """gpt-oss Transformer over the blocks.Decoder stack: its own RMSNorm operation order,
+    half-split RoPE on float32 angles, sliding-window attention with sinks, MXFP4 experts with
+    the clamped SwiGLU; every layer MoE."""
+
     def __init__(self, model_dir, dtype=np.float32):
         with open(os.path.join(model_dir, "config.json")) as f:
-            self.c = Config(json.load(f))
-        self.dt = dtype
-        self.st = ModelFolder(model_dir)
-        self.used = set()
-        self.inv_freq, self.attn_factor = rope_params(self.c)
-        self._expert_cache = {}
-        c = self.c
-        exp_bytes = c.n_layers * c.n_experts * 3 * c.inter * c.hidden * np.dtype(dtype).itemsize
-        self._cache_experts = exp_bytes <= (1 << 30)  # decode once when it fits in 1 GiB
+            c = Config(json.load(f))
+        super().__init__(c, bl.Weights(model_dir, dtype), dtype)
+        self.inv_freq, self.attn_factor = rope_params(c)
+        self.expert_inter = c.inter
+        self.fit_expert_cache(c.n_experts)
 
     def w(self, name):
-        self.used.add(name)
-        return self.st.get(name).astype(self.dt)
+        self.wts.used.add(name)
+        return self.wts.st.get(name).astype(self.dt)
 
-    def expert(self, layer, proj, e):
+    def mxfp4_expert(self, layer, proj, e):
         """Decoded [out, in] weight of one expert (gate_up: [2I, H], down: [H, I])."""
         key = (layer, proj, e)
         if key in self._expert_cache:
             return self._expert_cache[key]
         p = f"model.layers.{layer}.mlp.experts.{proj}"
-        self.used.update((p + "_blocks", p + "_scales"))
-        blocks = self.st.raw(p + "_blocks")[e]
-        scales = self.st.raw(p + "_scales")[e]
+        self.wts.used.update((p + "_blocks", p + "_scales"))
+        blocks = self.wts.st.raw(p + "_blocks")[e]
+        scales = self.wts.st.raw(p + "_scales")[e]
         wt = mxfp4_decode(np.asarray(blocks), np.asarray(scales)).astype(self.dt)
-        if self._cache_experts:
+        if self.cache_experts:
             self._expert_cache[key] = wt
         return wt
 
     def load_layer(self, l):
         p = f"model.layers.{l}."
-        names = ["input_layernorm.weight", "post_attention_layernorm.weight",
-                 "self_attn.q_proj.weight", "self_attn.q_proj.bias",
-                 "self_attn.k_proj.weight", "self_attn.k_proj.bias",
-                 "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-                 "self_attn.o_proj.weight", "self_attn.o_proj.bias", "self_attn.sinks",
-                 "mlp.router.weight", "mlp.router.bias",
-                 "mlp.experts.gate_up_proj_bias", "mlp.experts.down_proj_bias"]
-        return {n: self.w(p + n) for n in names}
+        names = {"in_ln": "input_layernorm.weight", "post_ln": "post_attention_layernorm.weight",
+                 "q": "self_attn.q_proj.weight", "q_b": "self_attn.q_proj.bias",
+                 "k": "self_attn.k_proj.weight", "k_b": "self_attn.k_proj.bias",
+                 "v": "self_attn.v_proj.weight", "v_b": "self_attn.v_proj.bias",
+                 "o": "self_attn.o_proj.weight", "o_b": "self_attn.o_proj.bias",
+                 "sinks": "self_attn.sinks",
+                 "router": "mlp.router.weight", "router_b": "mlp.router.bias",
+                 "gate_up_b": "mlp.experts.gate_up_proj_bias",
+                 "down_b": "mlp.experts.down_proj_bias"}
+        return {k: self.w(p + n) for k, n in names.items()}
 
     def weights(self):
         if not hasattr(self, "_layers"):
@@ -182,49 +160,36 @@ class GptOss:
                     want = {"_blocks": [c.n_experts, rows, cols // 32, 16],
                             "_scales": [c.n_experts, rows, cols // 32]}
                     for suf, shape in want.items():
-                        got = self.st.info(p + suf)["shape"]
+                        got = self.wts.st.info(p + suf)["shape"]
                         if list(got) != shape:
                             raise ValueError(f"{p + suf}: shape {got}, expected {shape}")
-                        self.used.add(p + suf)
+                        self.wts.used.add(p + suf)
             self._embed = self.w("model.embed_tokens.weight")
             self._norm = self.w("model.norm.weight")
-            if self.c.tie and "lm_head.weight" not in self.st:
+            if self.c.tie and "lm_head.weight" not in self.wts:
                 self._head = self._embed
             else:
                 self._head = self.w("lm_head.weight")
         return self._layers
 
     # --- blocks ---------------------------------------------------------------------------
-    def rmsnorm(self, x, wt):
+    def norm(self, x, wt):
+        """model.py RMSNorm.forward: x * rsqrt(mean(x^2) + eps) * scale (this order)."""
         ms = np.mean(x * x, axis=-1, keepdims=True)
         return x / np.sqrt(ms + self.dt(self.c.eps)) * wt
 
-    def rope(self, x, pos):
-        """x [n, heads, d]; half-split rotation (model.py _apply_rotary_emb)."""
-        freqs = pos.astype(np.float32)[:, None] * self.inv_freq[None, :]
-        if self.dt == np.float32:
-            cos = np.cos(freqs) * np.float32(self.attn_factor)
-            sin = np.sin(freqs) * np.float32(self.attn_factor)
-        else:
-            cos = np.cos(freqs.astype(self.dt)) * self.attn_factor
-            sin = np.sin(freqs.astype(self.dt)) * self.attn_factor
-        cos = cos.astype(self.dt)[:, None, :]
-        sin = sin.astype(self.dt)[:, None, :]
-        h = x.shape[-1] // 2
-        x1, x2 = x[..., :h], x[..., h:]
-        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    def cos_sin(self, pos):
+        """RotaryEmbedding._compute_cos_sin: float32 angles, cos/sin times the concentration."""
+        return bl.cos_sin(pos, self.inv_freq, self.dt, self.attn_factor, f32_angles=True)
 
-    def attention(self, l, lw, t, pos, cache, kv_only=False):
+    def attention(self, l, lw, t, pos, cs, cache, kv_only=False):
         c = self.c
         n = t.shape[0]
-        k = (t @ lw["self_attn.k_proj.weight"].T + lw["self_attn.k_proj.bias"])
-        v = (t @ lw["self_attn.v_proj.weight"].T + lw["self_attn.v_proj.bias"])
-        k = self.rope(k.reshape(n, c.n_kv, c.head_dim), pos)
+        k = (t @ lw["k"].T + lw["k_b"])
+        v = (t @ lw["v"].T + lw["v_b"])
+        k = bl.rope_half(k.reshape(n, c.n_kv, c.head_dim), *cs)
         v = v.reshape(n, c.n_kv, c.head_dim)
-        ck, cv, cp = cache[l]
-        ck = np.concatenate([ck, k]) if ck is not None else k
-        cv = np.concatenate([cv, v]) if cv is not None else v
-        cp = np.concatenate([cp, pos]) if cp is not None else pos
+        ck, cv, cp = gqa.kv_append(cache.get(l), k, v, pos)
         window = c.sliding_window if c.layer_types[l] == "sliding_attention" else 0
         if window > 0:  # keys no later query can see are dropped (long prompts in blocks)
             keep = cp > pos[-1] - window
@@ -235,110 +200,52 @@ class GptOss:
             cache[l] = (ck, cv, cp)
         if kv_only:
             return None
-        q = (t @ lw["self_attn.q_proj.weight"].T + lw["self_attn.q_proj.bias"])
-        q = self.rope(q.reshape(n, c.n_heads, c.head_dim), pos)
+        q = (t @ lw["q"].T + lw["q_b"])
+        q = bl.rope_half(q.reshape(n, c.n_heads, c.head_dim), *cs)
         # visible[i, j]: key j is causal and (if sliding) within the last `window` positions
         diff = pos[:, None] - cp[None, :]
         visible = diff >= 0
         if window > 0:
             visible &= diff < window
-        rep = c.n_heads // c.n_kv
-        kh = np.repeat(ck, rep, axis=1)          # q head h -> kv head h // rep
-        vh = np.repeat(cv, rep, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, kh) * self.dt(1.0 / math.sqrt(c.head_dim))
-        scores = np.where(visible[None], scores, self.dt(-np.inf))
-        sinks = lw["self_attn.sinks"][:, None, None]          # one extra logit per head
-        m = np.maximum(scores.max(axis=-1, keepdims=True), sinks)
-        p = np.exp(scores - m)
-        denom = p.sum(axis=-1, keepdims=True) + np.exp(sinks - m)
-        attn = np.einsum("hqk,khd->qhd", p / denom, vh).reshape(n, c.n_heads * c.head_dim)
-        return attn @ lw["self_attn.o_proj.weight"].T + lw["self_attn.o_proj.bias"]
+        attn = gqa.attend(q, ck, cv, visible, 1.0 / math.sqrt(c.head_dim), sinks=lw["sinks"])
+        return attn @ lw["o"].T + lw["o_b"]
 
     def moe(self, l, lw, t, dump):
         c = self.c
-        g = t @ lw["mlp.router.weight"].T + lw["mlp.router.bias"]
+        g = t @ lw["router"].T + lw["router_b"]
         # torch.topk(sorted=True): descending values; stable sort keeps lower index first
-        idx = np.argsort(-g, axis=-1, kind="stable")[:, :c.top_k]
-        vals = np.take_along_axis(g, idx, axis=-1)
-        ev = np.exp(vals - vals.max(axis=-1, keepdims=True))
-        wts = ev / ev.sum(axis=-1, keepdims=True)
-        out = np.zeros_like(t)
-        b1 = lw["mlp.experts.gate_up_proj_bias"]
-        b2 = lw["mlp.experts.down_proj_bias"]
+        idx = bl.topk_desc(g, c.top_k)
+        wts = bl.softmax(np.take_along_axis(g, idx, axis=-1))   # softmax over the k values
+        b1, b2 = lw["gate_up_b"], lw["down_b"]
         lim = self.dt(c.swiglu_limit)
-        for e in np.unique(idx):
-            rows, slot = np.nonzero(idx == e)
-            h = t[rows] @ self.expert(l, "gate_up_proj", e).T + b1[e]
+
+        def expert_out(e, x):
+            h = x @ self.mxfp4_expert(l, "gate_up_proj", e).T + b1[e]
             gate, up = h[:, 0::2], h[:, 1::2]     # interleaved: row 2j gate j, 2j+1 up j
             gate = np.minimum(gate, lim)
             up = np.clip(up, -lim, lim)
             glu = gate / (1 + np.exp(-self.dt(SWIGLU_ALPHA) * gate))  # gate * sigmoid(a*gate)
-            y = (glu * (up + 1)) @ self.expert(l, "down_proj", e).T + b2[e]
-            out[rows] += y * wts[rows, slot][:, None]
+            return (glu * (up + 1)) @ self.mxfp4_expert(l, "down_proj", e).T + b2[e]
+
+        out = bl.dispatch(t, idx, wts, expert_out)
         if dump is not None:
-            dump[f"L{l}.router_logits"] = g
-            dump[f"L{l}.topk_ids"] = idx.astype(np.int32)
-            dump[f"L{l}.topk_w"] = wts
+            bl.dump_routing(dump, l, g, idx, wts)
         return out
-
-    def forward(self, ids, pos0, cache, dump=None, kv_only_last=False):
-        """Runs tokens `ids` at positions pos0.. through the model, extending `cache`.
-        kv_only_last: only extend the cache (the last layer's keys and values need no
-        attention; returns None), so that a long prompt costs attention for its tail."""
-        layers = self.weights()
-        ids = np.asarray(ids, dtype=np.int64)
-        pos = np.arange(pos0, pos0 + len(ids), dtype=np.int64)
-        x = self._embed[ids]
-        for l, lw in enumerate(layers):
-            last = l == len(layers) - 1
-            a = self.attention(l, lw, self.rmsnorm(x, lw["input_layernorm.weight"]), pos, cache,
-                               kv_only=kv_only_last and last)
-            if a is None:
-                return None
-            x = x + a
-            if dump is not None:
-                dump[f"L{l}.attn_out"] = x
-            x = x + self.moe(l, lw, self.rmsnorm(x, lw["post_attention_layernorm.weight"]),
-                             dump)
-            if dump is not None:
-                dump[f"L{l}.moe_out"] = x
-        h = self.rmsnorm(x, self._norm)
-        logits = h @ self._head.T
-        if dump is not None:
-            dump["final_norm"] = h
-            dump["logits"] = logits
-        return logits
-
-    def new_cache(self):
-        return [(None, None, None) for _ in range(self.c.n_layers)]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model_dir")
-    ap.add_argument("--prompt-ids", required=True, help="file of whitespace-separated ids")
-    ap.add_argument("--out", help="write prompt logits, float32 LE [n_tokens, vocab]")
-    ap.add_argument("--greedy", type=int, default=0, help="greedy steps after the prompt")
-    ap.add_argument("--greedy-out", help="write the greedy ids, space-separated")
-    ap.add_argument("--dump", help="folder for named intermediates + manifest.json")
-    ap.add_argument("--f64", action="store_true", help="compute in float64")
+    ap = du.arg_parser(__doc__)
     ap.add_argument("--tail", type=int, default=0,
                     help="logits of the last N positions only: the prompt before them goes "
                     "through in blocks, attention computed only where a later logit needs it "
                     "(exact when every layer but the last is a sliding-window layer)")
-    ap.add_argument("--stats", action="store_true",
-                    help="print margins (top1-top2 logit, router top-k boundary) to stderr")
+    ap.add_argument("--stats", action="store_true", help=du.STATS_MARGINS_HELP)
     a = ap.parse_args()
 
-    with open(a.prompt_ids) as f:
-        ids = [int(t) for t in f.read().split()]
-    if not ids:
-        sys.exit("empty prompt")
-    m = GptOss(a.model_dir, np.float64 if a.f64 else np.float32)
-    if max(ids) >= m.c.vocab or min(ids) < 0:
-        sys.exit("prompt id out of vocab range")
+    ids = du.read_prompt(a.prompt_ids)
+    m = GptOss(a.model_dir, du.compute_dtype(a))
+    du.check_prompt(ids, m.c.vocab)
     cache = m.new_cache()
-    dump = {} if (a.dump or a.stats) else None
     start = 0
     if a.tail:
         if any(t != "sliding_attention" for t in m.c.layer_types[:-1]):
@@ -346,30 +253,8 @@ def main():
         start = max(len(ids) - a.tail, 0)
         for b in range(0, start, 1024):
             m.forward(ids[b:min(b + 1024, start)], b, cache, kv_only_last=True)
-    try:
-        logits = m.forward(ids[start:], start, cache, dump)
-    except (KeyError, ValueError) as e:
-        sys.exit(f"error: {e}")
-    if a.out:
-        logits.astype("<f4").tofile(a.out)
-    if a.dump:
-        write_dump(a.dump, dump)
-    greedy_margins = []
-    if a.greedy:
-        out = []
-        row = logits[-1]
-        for step in range(a.greedy):
-            nxt = int(np.argmax(row))
-            out.append(nxt)
-            greedy_margins.append(top2_margin(row[None])[0])
-            if step + 1 < a.greedy:
-                row = m.forward([nxt], len(ids) + step, cache)[-1]
-        text = " ".join(map(str, out))
-        if a.greedy_out:
-            with open(a.greedy_out, "w") as f:
-                f.write(text + "\n")
-        else:
-            print(text)
+    logits, dump, greedy_margins, _ = du.run(a, m, ids, cache, 0, start,
+                                             errors=(KeyError, ValueError), greedy_dumps=False)
     if a.stats:
         k = m.c.top_k
         gaps = [float("inf")]  # gap between the k-th and (k+1)-th router logit
@@ -377,14 +262,10 @@ def main():
             gaps = [float(np.min(-np.diff(np.sort(dump[f"L{l}.router_logits"], axis=1)
                                           [:, ::-1][:, k - 1:k + 1], axis=1)))
                     for l in range(m.c.n_layers)]
-        stats = {"max_abs_logit": float(np.abs(logits).max()),
-                 "min_top1_top2_margin_prompt": float(top2_margin(logits).min()),
-                 "min_top1_top2_margin_greedy": min(greedy_margins, default=None),
-                 "router_topk_boundary_gap_min": min(gaps)}
+        stats = du.margin_stats(logits, greedy_margins)
+        stats["router_topk_boundary_gap_min"] = min(gaps)
         print(json.dumps(stats), file=sys.stderr)
-    unused = set(m.st.keys()) - m.used
-    if unused:
-        print(f"warning: {len(unused)} tensors unused: {sorted(unused)[:5]}", file=sys.stderr)
+    du.report_tensors(m.wts)
 
 
 if __name__ == "__main__":

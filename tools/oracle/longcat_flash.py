@@ -44,6 +44,10 @@ descending order of score + e_score_correction_bias, ties to the lower id (sorte
 --absorbed computes every MLA sub-block in the absorbed form of DeepSeek inference/model.py
 (cache: the scaled normed latent + roped k_rot per token), which must equal the expanded form.
 
+The pieces shared with the other oracles (weights and FP8 dequantisation, RMSNorm, SwiGLU,
+experts, MLA, the CLI driver) are in blocks.py, mla_common.py and dump.py; this file holds
+what is LongCat-Flash's own (the ScMoE layer, the softmax router with identity experts).
+
 CLI:
   longcat_flash.py MODEL_DIR --prompt-ids FILE [--out logits.f32] [--greedy N --greedy-out ids.txt]
                    [--dump DIR] [--f64] [--stats] [--chunk N] [--absorbed]
@@ -56,30 +60,18 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import blocks as bl  # noqa: E402
 import mla_common as mc  # noqa: E402
 
 
-class Config:
+class Config(mc.MlaConfig):
     """Every dimension from config.json (transformers LongcatFlashConfig key names / defaults)."""
 
     def __init__(self, cfg):
-        self.raw = cfg
-        self.hidden = cfg["hidden_size"]
-        self.n_layers = cfg["num_layers"]
-        self.n_heads = cfg["num_attention_heads"]
-        self.n_kv = cfg.get("num_key_value_heads") or self.n_heads
+        super().__init__(cfg, "num_layers", eps=1e-5, theta=10000000.0, max_pos=131072)
         self.q_lora = cfg.get("q_lora_rank", 1536)
-        self.kv_lora = cfg["kv_lora_rank"]
-        self.nope = cfg["qk_nope_head_dim"]
-        self.rope = cfg["qk_rope_head_dim"]
-        self.v = cfg["v_head_dim"]
         self.qk = cfg.get("qk_head_dim") or self.nope + self.rope
         self.rot_dim = cfg.get("head_dim", 64)
-        self.vocab = cfg["vocab_size"]
-        self.eps = cfg.get("rms_norm_eps", 1e-5)
-        self.theta = cfg.get("rope_theta", 10000000.0)
-        self.rope_scaling = cfg.get("rope_scaling") or None
-        self.max_pos = cfg.get("max_position_embeddings", 131072)
         self.ffn = cfg.get("ffn_hidden_size", cfg.get("intermediate_size"))
         self.expert_ffn = cfg["expert_ffn_hidden_size"]
         self.n_routed = cfg["n_routed_experts"]
@@ -87,9 +79,7 @@ class Config:
         self.top_k = cfg.get("moe_topk", cfg.get("num_experts_per_tok"))
         self.rsf = float(cfg.get("routed_scaling_factor", 1.0))
         self.router_bias = bool(cfg.get("router_bias", False))
-        self.bias = bool(cfg.get("attention_bias", False))
-        self.tie = bool(cfg.get("tie_word_embeddings", False))
-        self.block = mc.quant_block(cfg)
+        self.block = bl.quant_block(cfg)
         self.q_scale = (self.hidden / self.q_lora) ** 0.5 \
             if cfg.get("mla_scale_q_lora", True) else 1.0
         self.kv_scale = (self.hidden / self.kv_lora) ** 0.5 \
@@ -114,16 +104,17 @@ class Config:
             raise ValueError("bad moe_topk")
 
 
-class LongcatFlash:
+class LongcatFlash(bl.Decoder):
+    """LongcatFlashForCausalLM: blocks.Decoder weights / experts / final norm, its own
+    two-sub-block ScMoE layer (forward)."""
     ignored_what = "MTP: model.mtp.* (not part of the main model)"
 
     def __init__(self, model_dir, dtype=np.float32, absorbed=False):
         with open(os.path.join(model_dir, "config.json")) as f:
-            self.c = c = Config(json.load(f))
-        self.vocab = c.vocab
-        self.dt = dtype
+            c = Config(json.load(f))
+        super().__init__(c, bl.Weights(model_dir, dtype, c.block), dtype)
         self.absorbed = absorbed
-        self.wts = mc.Weights(model_dir, dtype, c.block)
+        self.expert_inter = c.expert_ffn
         self.inv_freq, self.attn_factor = mc.rope_tables(c.rope, c.theta, c.rope_scaling,
                                                          c.max_pos)
         self.d = mc.MLADims(c.hidden, c.n_heads, c.q_lora, c.kv_lora, c.nope, c.rope, c.v,
@@ -133,21 +124,8 @@ class LongcatFlash:
         for name in self.wts.st.keys():
             if name.startswith("model.mtp."):
                 self.wts.ignored.add(name)
-        self._expert_cache = {}
-        self._route_infos = []
-        self._prompt_infos = None
 
     # --- weights ---------------------------------------------------------------------------
-    def expert(self, l, e, proj):
-        key = (l, e, proj)
-        if key not in self._expert_cache:
-            c = self.c
-            rows, cols = ((c.hidden, c.expert_ffn) if proj == "down_proj"
-                          else (c.expert_ffn, c.hidden))
-            self._expert_cache[key] = self.wts.linear(
-                f"model.layers.{l}.mlp.experts.{e}.{proj}.weight", rows, cols)
-        return self._expert_cache[key]
-
     def load_layer(self, l):
         c, W = self.c, self.wts
         p = f"model.layers.{l}."
@@ -157,33 +135,13 @@ class LongcatFlash:
             lw[f"in_ln{i}"] = W.w(p + f"input_layernorm.{i}.weight", [H])
             lw[f"post_ln{i}"] = W.w(p + f"post_attention_layernorm.{i}.weight", [H])
             lw[f"attn{i}"] = mc.load_mla(W, p + f"self_attn.{i}.", self.d)
-            lw[f"mlp{i}"] = (W.linear(p + f"mlps.{i}.gate_proj.weight", c.ffn, H),
-                             W.linear(p + f"mlps.{i}.up_proj.weight", c.ffn, H),
-                             W.linear(p + f"mlps.{i}.down_proj.weight", H, c.ffn))
+            lw[f"mlp{i}"] = bl.load_mlp(W, p + f"mlps.{i}.", c.ffn, H)
         lw["router"] = W.w(p + "mlp.router.classifier.weight", [E, H]).astype(self.dt)
         if c.router_bias:
             lw["router_b"] = W.w(p + "mlp.router.classifier.bias", [E])
         lw["bias"] = W.w(p + "mlp.router.e_score_correction_bias", [E])
-        # every expert tensor must exist with its shape, even if no token routes to it
-        for e in range(c.n_routed):
-            for proj, rows, cols in (("gate_proj", c.expert_ffn, H), ("up_proj", c.expert_ffn, H),
-                                     ("down_proj", H, c.expert_ffn)):
-                W.check_linear(p + f"mlp.experts.{e}.{proj}.weight", rows, cols)
+        self.check_experts(p, c.n_routed, c.expert_ffn)
         return lw
-
-    def weights(self):
-        if not hasattr(self, "_layers"):
-            c, W = self.c, self.wts
-            self._layers = [self.load_layer(l) for l in range(c.n_layers)]
-            self._embed = W.w("model.embed_tokens.weight", [c.vocab, c.hidden])
-            self._norm = W.w("model.norm.weight", [c.hidden])
-            if c.tie:
-                self._head = self._embed
-                if "lm_head.weight" in W:
-                    W.ignored.add("lm_head.weight")
-            else:
-                self._head = W.w("lm_head.weight", [c.vocab, c.hidden])
-        return self._layers
 
     # --- blocks ----------------------------------------------------------------------------
     def moe(self, l, lw, t, dump):
@@ -192,59 +150,39 @@ class LongcatFlash:
         g = t @ lw["router"].T
         if "router_b" in lw:
             g = g + lw["router_b"]
-        scores = mc.softmax(g)
+        scores = bl.softmax(g)
         sfc = scores + lw["bias"]                                    # selection only
-        idx = mc.topk_desc(sfc, c.top_k)
+        idx = bl.topk_desc(sfc, c.top_k)
         wts = np.take_along_axis(scores, idx, axis=1) * g.dtype.type(c.rsf)
-        out = np.zeros_like(t)
-        for e in np.unique(idx):
-            rows, slot = np.nonzero(idx == e)
-            if e >= c.n_routed:
-                y = t[rows]                                          # identity expert
-            else:
-                y = mc.swiglu(t[rows], self.expert(l, e, "gate_proj"),
-                              self.expert(l, e, "up_proj"), self.expert(l, e, "down_proj"))
-            out[rows] += y * wts[rows, slot][:, None]
+        out = bl.dispatch(t, idx, wts, lambda e, x: x if e >= c.n_routed      # identity expert
+                          else self.expert_mlp(l, e, x))
         if dump is not None:
-            dump[f"L{l}.router_logits"] = g
-            dump[f"L{l}.topk_ids"] = idx.astype(np.int32)
-            dump[f"L{l}.topk_w"] = wts
-            self._route_infos.append((l, {"sfc": sfc, "idx": idx,
-                                          "idx_nobias": mc.topk_desc(scores, c.top_k)}))
+            bl.dump_routing(dump, l, g, idx, wts)
+            self.route_infos.append((l, {"sfc": sfc, "idx": idx,
+                                         "idx_nobias": bl.topk_desc(scores, c.top_k)}))
         return out
+
+    def sub_attention(self, lw, i, x, pos, cs, cache, l):
+        return mc.mla(lw[f"attn{i}"], self.d, self.norm(x, lw[f"in_ln{i}"]), pos, cs, cache,
+                      (l, i), self.absorbed)
 
     def forward(self, ids, pos0, cache, dump=None):
         """Runs tokens `ids` at positions pos0.. through the model, extending `cache`."""
-        layers = self.weights()
-        ids = np.asarray(ids, dtype=np.int64)
-        pos = np.arange(pos0, pos0 + len(ids), dtype=np.int64)
-        cs = mc.cos_sin(pos, self.inv_freq, self.attn_factor, self.dt)
-        eps = self.c.eps
-        x = self._embed[ids]
+        layers, pos, cs, x = self.embed(ids, pos0)
         for l, lw in enumerate(layers):
-            x = x + mc.mla(lw["attn0"], self.d, mc.rmsnorm(x, lw["in_ln0"], eps), pos, cs, cache,
-                           (l, 0), self.absorbed)
+            x = x + self.sub_attention(lw, 0, x, pos, cs, cache, l)
             if dump is not None:
                 dump[f"L{l}.attn0_out"] = x
-            h = mc.rmsnorm(x, lw["post_ln0"], eps)
+            h = self.norm(x, lw["post_ln0"])
             shortcut = self.moe(l, lw, h, dump)
-            x = x + mc.swiglu(h, *lw["mlp0"])
-            x = x + mc.mla(lw["attn1"], self.d, mc.rmsnorm(x, lw["in_ln1"], eps), pos, cs, cache,
-                           (l, 1), self.absorbed)
+            x = x + bl.swiglu(h, *lw["mlp0"])
+            x = x + self.sub_attention(lw, 1, x, pos, cs, cache, l)
             if dump is not None:
                 dump[f"L{l}.attn1_out"] = x
-            x = x + mc.swiglu(mc.rmsnorm(x, lw["post_ln1"], eps), *lw["mlp1"]) + shortcut
+            x = x + bl.swiglu(self.norm(x, lw["post_ln1"]), *lw["mlp1"]) + shortcut
             if dump is not None:
                 dump[f"L{l}.moe_out"] = x
-        h = mc.rmsnorm(x, self._norm, eps)
-        logits = h @ self._head.T
-        if dump is not None:
-            dump["final_norm"] = h
-            dump["logits"] = logits
-        return logits
-
-    def end_prompt(self):
-        self._prompt_infos = len(self._route_infos)
+        return self.logits(x, dump)
 
     def routing_stats(self, dump, greedy_dumps):
         c = self.c
@@ -260,15 +198,13 @@ class LongcatFlash:
                     np.sort(inf["idx_nobias"], 1) != np.sort(idx, 1), 1)))
             return r
 
-        gaps = []
-        for _, inf in self._route_infos:
-            srt = -np.sort(-inf["sfc"], axis=1)
-            if c.top_k < srt.shape[1]:
-                gaps.append(float(np.min(srt[:, c.top_k - 1] - srt[:, c.top_k])))
-        n_prompt = self._prompt_infos if self._prompt_infos is not None else len(self._route_infos)
-        return {"routing_prompt": count(self._route_infos[:n_prompt]),
-                "routing_all_calls": count(self._route_infos),
-                "router_topk_boundary_gap_min": min(gaps, default=None),
+        infos = self.route_infos
+        gaps = [bl.kth_gap(inf["sfc"], c.top_k) for _, inf in infos]
+        n_prompt = self.n_prompt_routes if self.n_prompt_routes is not None else len(infos)
+        return {"routing_prompt": count(infos[:n_prompt]),
+                "routing_all_calls": count(infos),
+                "router_topk_boundary_gap_min": min((x for x in gaps if x is not None),
+                                                    default=None),
                 "distinct_experts_selected_prompt_per_layer": [
                     int(np.unique(dump[f"L{l}.topk_ids"]).size) for l in range(c.n_layers)],
                 "absorbed": self.absorbed, "softmax_scale": self.d.scale,

@@ -2,9 +2,10 @@
 """Checks that a gpt_oss checkpoint folder has the released on-disk layout.
 
 Owns: the layout assertions used by tests/models/test_oracle_fixture.sh for generated tiny
-checkpoints (and runnable on the fixture itself, which it must pass). Rules are those of
-st_writer.py (safetensors `serialize`, transformers sharded index, gpt-oss shard naming) and
-the expected gpt_oss tensor set derived from config.json as in
+checkpoints (and runnable on the fixture itself, which it must pass), and the folder / index /
+tensor-set checks that the MLA families' check (tinyckpt/deepseek_v3.py check_layout) shares.
+Rules are those of st_writer.py (safetensors `serialize`, transformers sharded index, gpt-oss
+shard naming) and the expected gpt_oss tensor set derived from config.json as in
 transformers models/gpt_oss/convert_gpt_oss_weights_to_hf.py (mxfp4 branch).
 
 Other families: when config.json's model_type is not gpt_oss, the expected tensor set comes from
@@ -110,6 +111,62 @@ def check_file(path, problems):
     return hdr, meta, off
 
 
+# --- pieces shared with the MLA-family check (tinyckpt/deepseek_v3.py check_layout) ---------
+def read_folder(folder, problems):
+    """(safetensors files, their headers, their __metadata__, total tensor bytes, {tensor:
+    file}) of `folder`; each file's container problems (check_file) appended."""
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+    headers, metas, total = {}, {}, 0
+    for f in files:
+        headers[f], metas[f], nb = check_file(os.path.join(folder, f), problems)
+        total += nb
+    where = {k: f for f in files for k in headers[f]}
+    return files, headers, metas, total, where
+
+
+def check_index(index_path, total, where, problems):
+    """model.safetensors.index.json as transformers writes it (sorted keys, indent 2, final
+    newline), total_size = the tensor bytes, weight_map = the shard headers. Returns the
+    sorted shard names it lists."""
+    text = open(index_path).read()
+    idx = json.loads(text)
+    if text != json.dumps(idx, indent=2, sort_keys=True) + "\n":
+        problems.append("index: not sorted / indent 2 / trailing newline")
+    if idx["metadata"]["total_size"] != total:
+        problems.append(f"index: total_size {idx['metadata']['total_size']} != {total}")
+    if idx["weight_map"] != where:
+        problems.append("index: weight_map does not match the shard headers")
+    return sorted(set(idx["weight_map"].values()))
+
+
+def check_tensors(folder, exp, headers, where, problems):
+    """The stored tensor set against exp {name: (dtype, shape)}, then every tensor read back
+    by the oracles' reader with its shape and finite. Returns {name: (dtype, shape)} stored."""
+    got = {k: (headers[f][k]["dtype"], list(headers[f][k]["shape"])) for k, f in where.items()}
+    for k in sorted(set(exp) | set(got)):
+        if k not in got:
+            problems.append(f"missing tensor {k}")
+        elif k not in exp:
+            problems.append(f"unexpected tensor {k}")
+        elif list(exp[k][1]) != got[k][1] or exp[k][0] != got[k][0]:
+            problems.append(f"{k}: {got[k]} expected {exp[k]}")
+    m = ModelFolder(folder)  # the oracles' reader must read every tensor back with its shape
+    for k in got:
+        arr = m.get(k)
+        if list(arr.shape) != got[k][1] or not np.all(np.isfinite(arr.astype(np.float64))):
+            problems.append(f"reader: {k} read back as {arr.shape} / non-finite")
+    return got
+
+
+def check_config_keys(folder, like, problems):
+    """config.json and generation_config.json with the key sets of the fixture `like`."""
+    for fn in ("config.json", "generation_config.json"):
+        ka = set(json.load(open(os.path.join(folder, fn))))
+        kb = set(json.load(open(os.path.join(like, fn))))
+        if ka != kb:
+            problems.append(f"{fn}: keys differ from {like}: {sorted(ka ^ kb)}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -117,23 +174,10 @@ def main():
     a = ap.parse_args()
     problems = []
     cfg = json.load(open(os.path.join(a.dir, "config.json")))
-    files = sorted(f for f in os.listdir(a.dir) if f.endswith(".safetensors"))
-    headers, metas, total = {}, {}, 0
-    for f in files:
-        headers[f], metas[f], nb = check_file(os.path.join(a.dir, f), problems)
-        total += nb
+    files, headers, metas, total, where = read_folder(a.dir, problems)
     index_path = os.path.join(a.dir, "model.safetensors.index.json")
-    where = {k: f for f in files for k in headers[f]}
     if os.path.exists(index_path):
-        text = open(index_path).read()
-        idx = json.loads(text)
-        if text != json.dumps(idx, indent=2, sort_keys=True) + "\n":
-            problems.append("index: not sorted / indent 2 / trailing newline")
-        if idx["metadata"]["total_size"] != total:
-            problems.append(f"index: total_size {idx['metadata']['total_size']} != {total}")
-        if idx["weight_map"] != where:
-            problems.append("index: weight_map does not match the shard headers")
-        names = sorted(set(idx["weight_map"].values()))
+        names = check_index(index_path, total, where, problems)
         n = len(names)
         zero = [f"model-{i:05d}-of-{n - 1:05d}.safetensors" for i in range(n)]
         one = [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
@@ -144,27 +188,10 @@ def main():
             problems.append("lm_head not in the last shard")
     else:
         scheme = "single" if files == ["model.safetensors"] else "other"
-    exp = family_expected(cfg)
-    got = {k: (headers[f][k]["dtype"], headers[f][k]["shape"]) for k, f in where.items()}
-    for k in sorted(set(exp) | set(got)):
-        if k not in got:
-            problems.append(f"missing tensor {k}")
-        elif k not in exp:
-            problems.append(f"unexpected tensor {k}")
-        elif list(exp[k][1]) != list(got[k][1]) or exp[k][0] != got[k][0]:
-            problems.append(f"{k}: {got[k]} expected {exp[k]}")
-    m = ModelFolder(a.dir)  # the oracle's reader must read every tensor back with its shape
-    for k in got:
-        arr = m.get(k)
-        if list(arr.shape) != list(got[k][1]) or not np.all(np.isfinite(arr.astype(np.float64))):
-            problems.append(f"reader: {k} read back as {arr.shape} / non-finite")
+    got = check_tensors(a.dir, family_expected(cfg), headers, where, problems)
     if a.like:
         fx = a.like
-        for fn in ("config.json", "generation_config.json"):
-            ka = set(json.load(open(os.path.join(a.dir, fn))))
-            kb = set(json.load(open(os.path.join(fx, fn))))
-            if ka != kb:
-                problems.append(f"{fn}: keys differ from {fx}: {sorted(ka ^ kb)}")
+        check_config_keys(a.dir, fx, problems)
         fx_files = sorted(f for f in os.listdir(fx) if f.endswith(".safetensors"))
         fx_meta = [check_file(os.path.join(fx, f), [])[1] for f in fx_files]
         if any(v is not None for v in metas.values()) and all(v is None for v in fx_meta):

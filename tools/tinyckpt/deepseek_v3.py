@@ -3,7 +3,9 @@
 
 Owns: the deepseek_v3 tiny-checkpoint generator (tensor names, dtypes, shapes, config keys,
 shard naming), its layout check (--check), and the helpers the longcat_flash generator shares
-(own block-FP8 quantiser, release-style shard writing, MLA-family layout check).
+(own block-FP8 quantiser, release-style shard writing, MLA-family layout check, the --out /
+--check command line). Tensor makers and the MLP / MTP layouts shared with the other
+generators are in st_writer.py, the container checks in check_layout.py.
 
 Layout (as /work/shared/fixtures/deepseek_v3, whose meta.json format_sources cite
 deepseek-ai/DeepSeek-V3 README_WEIGHTS.md, inference/convert.py and vLLM deepseek_mtp.py):
@@ -32,6 +34,7 @@ CLI:
                for exercising that branch of the oracle/engine; fails --check --like).
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -45,9 +48,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.join(HERE, "..", "oracle"))
-from st_writer import (f32_to_bf16, plan_shards, tensor_rng, write_json,  # noqa: E402
-                       write_safetensors)
-from safetensors_np import E4M3_TABLE, ModelFolder  # noqa: E402
+import st_writer as sw  # noqa: E402
+from st_writer import (bf16_uniform, f32_array, f32_to_bf16, plan_shards,  # noqa: E402
+                       tensor_rng, write_json, write_safetensors)
+from safetensors_np import E4M3_TABLE  # noqa: E402
+
+bf16_normal = sw.bf16_normal_mean0   # this generator adds the mean (0.0) in float32
 
 PRESETS = {
     # hidden 192, q_lora 160, kv_a rows 176, q_b rows 192, kv_b rows 168, o in 72,
@@ -101,24 +107,6 @@ def fp8_block_quantize(w, block=(128, 128)):
 
 
 # --- tensor makers (each draws from its own per-name stream) -------------------------------
-def bf16_normal(seed, name, shape, std, mean=0.0):
-    def make():
-        r = tensor_rng(seed, name)
-        return f32_to_bf16(r.standard_normal(shape, dtype=np.float32) * np.float32(std)
-                           + np.float32(mean))
-    return [(name, "BF16", list(shape), make)]
-
-
-def bf16_uniform(seed, name, shape, lo, hi):
-    def make():
-        return f32_to_bf16(tensor_rng(seed, name).uniform(lo, hi, shape).astype(np.float32))
-    return [(name, "BF16", list(shape), make)]
-
-
-def f32_array(name, shape, fn):
-    return [(name, "F32", list(shape), lambda: np.asarray(fn(), dtype=np.float32))]
-
-
 def random_weight(seed, name, rows, cols, std, block=(128, 128)):
     """Gaussian [rows, cols] with a random gain in [0.5, 2] per 128x128 block, so block scales
     differ and a wrong scale index shows."""
@@ -128,6 +116,11 @@ def random_weight(seed, name, rows, cols, std, block=(128, 128)):
     gain = np.exp(r.uniform(math.log(0.5), math.log(2.0), (nr, nc))).astype(np.float32)
     full = np.repeat(np.repeat(gain, block[0], axis=0), block[1], axis=1)[:rows, :cols]
     return w * full / np.float32(math.sqrt(np.mean(gain ** 2)))
+
+
+def mlp_linear(seed, fp8):
+    """lin(name, rows, cols, std) for st_writer.mlp_tensors: a `linear`."""
+    return lambda name, rows, cols, std: linear(seed, name, rows, cols, std, fp8)
 
 
 def linear(seed, name, rows, cols, std, fp8):
@@ -184,27 +177,15 @@ def check_layout(folder, like, expected, is_tail=lambda name: False):
     expected(config) and every tensor readable and finite. With `like` (a fixture): same
     config / generation_config key sets, same __metadata__, same shard-name digit count,
     the same tensor-name patterns with the same dtypes."""
-    from check_layout import check_file
+    from check_layout import (check_config_keys, check_file, check_index, check_tensors,
+                              read_folder)
     problems = []
     cfg = json.load(open(os.path.join(folder, "config.json")))
-    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
-    headers, metas, total = {}, {}, 0
-    for f in files:
-        headers[f], metas[f], nb = check_file(os.path.join(folder, f), problems)
-        total += nb
-    where = {k: f for f in files for k in headers[f]}
+    files, headers, metas, total, where = read_folder(folder, problems)
     digits = None
     index_path = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index_path):
-        text = open(index_path).read()
-        idx = json.loads(text)
-        if text != json.dumps(idx, indent=2, sort_keys=True) + "\n":
-            problems.append("index: not sorted / indent 2 / trailing newline")
-        if idx["metadata"]["total_size"] != total:
-            problems.append(f"index: total_size {idx['metadata']['total_size']} != {total}")
-        if idx["weight_map"] != where:
-            problems.append("index: weight_map does not match the shard headers")
-        names = sorted(set(idx["weight_map"].values()))
+        names = check_index(index_path, total, where, problems)
         n = len(names)
         m = [re.fullmatch(r"model-(\d{5})-of-(\d+)\.safetensors", s) for s in names]
         if not all(m) or [int(x.group(1)) for x in m] != list(range(1, n + 1)) or \
@@ -223,26 +204,9 @@ def check_layout(folder, like, expected, is_tail=lambda name: False):
                 break
     elif files != ["model.safetensors"]:
         problems.append(f"no index and files {files}")
-    exp = expected(cfg)
-    got = {k: (headers[f][k]["dtype"], list(headers[f][k]["shape"])) for k, f in where.items()}
-    for k in sorted(set(exp) | set(got)):
-        if k not in got:
-            problems.append(f"missing tensor {k}")
-        elif k not in exp:
-            problems.append(f"unexpected tensor {k}")
-        elif got[k] != (exp[k][0], list(exp[k][1])):
-            problems.append(f"{k}: {got[k]} expected {exp[k]}")
-    mf = ModelFolder(folder)  # the oracles' reader must read every tensor back
-    for k in got:
-        arr = mf.get(k)
-        if list(arr.shape) != got[k][1] or not np.all(np.isfinite(arr.astype(np.float64))):
-            problems.append(f"reader: {k} read back as {arr.shape} / non-finite")
+    got = check_tensors(folder, expected(cfg), headers, where, problems)
     if like:
-        for fn in ("config.json", "generation_config.json"):
-            ka = set(json.load(open(os.path.join(folder, fn))))
-            kb = set(json.load(open(os.path.join(like, fn))))
-            if ka != kb:
-                problems.append(f"{fn}: keys differ from {like}: {sorted(ka ^ kb)}")
+        check_config_keys(folder, like, problems)
         fx_idx = json.load(open(os.path.join(like, "model.safetensors.index.json")))
         fx_files = sorted(set(fx_idx["weight_map"].values()))
         fx_heads = {f: check_file(os.path.join(like, f), []) for f in fx_files}
@@ -293,15 +257,8 @@ def expected_tensors(cfg):
     nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     E, mi, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"], cfg["intermediate_size"]
     si = mi * (cfg.get("n_shared_experts") or 0)
-    fp8 = fp8_of(cfg)
     t = {}
-
-    def lin(name, rows, cols):
-        if fp8:
-            t[name] = ("F8_E4M3", [rows, cols])
-            t[name + "_scale_inv"] = ("F32", [-(-rows // 128), -(-cols // 128)])
-        else:
-            t[name] = ("BF16", [rows, cols])
+    lin = functools.partial(sw.expect_linear, t, fp8=fp8_of(cfg))
 
     def layer(l):
         p = f"model.layers.{l}."
@@ -319,31 +276,16 @@ def expected_tensors(cfg):
         lin(a + "kv_b_proj.weight", nh * (nope + v), kl)
         lin(a + "o_proj.weight", H, nh * v)
         if l < cfg["first_k_dense_replace"]:
-            for n, r, c in (("gate_proj", I, H), ("up_proj", I, H), ("down_proj", H, I)):
-                lin(p + f"mlp.{n}.weight", r, c)
+            sw.expect_mlp(lin, p + "mlp.", I, H)
             return
-        t[p + "mlp.gate.weight"] = ("BF16", [E, H])
-        t[p + "mlp.gate.e_score_correction_bias"] = ("F32", [E])
-        for e in range(E):
-            for n, r, c in (("gate_proj", mi, H), ("up_proj", mi, H), ("down_proj", H, mi)):
-                lin(p + f"mlp.experts.{e}.{n}.weight", r, c)
-        if si:
-            for n, r, c in (("gate_proj", si, H), ("up_proj", si, H), ("down_proj", H, si)):
-                lin(p + f"mlp.shared_experts.{n}.weight", r, c)
+        sw.expect_biased_moe(t, lin, p, E, mi, si, H)
 
-    L = cfg["num_hidden_layers"]
     t["model.embed_tokens.weight"] = ("BF16", [V, H])
-    for l in range(L):
+    for l in range(cfg["num_hidden_layers"]):
         layer(l)
     t["model.norm.weight"] = ("BF16", [H])
     t["lm_head.weight"] = ("BF16", [V, H])
-    for l in range(L, L + (cfg.get("num_nextn_predict_layers") or 0)):
-        layer(l)
-        p = f"model.layers.{l}."
-        t.update({p + "embed_tokens.weight": ("BF16", [V, H]), p + "enorm.weight": ("BF16", [H]),
-                  p + "hnorm.weight": ("BF16", [H]), p + "eh_proj.weight": ("BF16", [H, 2 * H]),
-                  p + "shared_head.norm.weight": ("BF16", [H]),
-                  p + "shared_head.head.weight": ("BF16", [V, H])})
+    sw.expect_mtp_layers(t, cfg, layer)
     return t
 
 
@@ -443,27 +385,19 @@ def layer_tensors(d, seed, l, fp8=True):
     t += linear(seed, a + "kv_b_proj.weight", nh * (nope + v), kl, 1.3 / math.sqrt(kl), fp8)
     t += linear(seed, a + "o_proj.weight", H, nh * v, 1.0 / math.sqrt(nh * v), fp8)
     t += bf16_uniform(seed, p + "post_attention_layernorm.weight", (H,), 0.8, 1.2)
+    lin = mlp_linear(seed, fp8)
     if l < d["dense"]:
-        t += linear(seed, p + "mlp.gate_proj.weight", I, H, 1.5 / math.sqrt(H), fp8)
-        t += linear(seed, p + "mlp.up_proj.weight", I, H, 1.5 / math.sqrt(H), fp8)
-        t += linear(seed, p + "mlp.down_proj.weight", H, I, 1.0 / math.sqrt(I), fp8)
-        return t
+        return t + sw.mlp_tensors(lin, p + "mlp.", I, H, 1.0 / math.sqrt(I))
     t += bf16_normal(seed, p + "mlp.gate.weight", (E, H), 1.5 / math.sqrt(H))
     # drawn >= 0 (as the fixture): where transformers (0.0 fill) and the official code (-inf
     # fill) provably agree; large enough to change a share of the selections
     t += f32_array(p + "mlp.gate.e_score_correction_bias", (E,),
                    lambda: tensor_rng(seed, p + "bias").uniform(0.0, 0.2, E))
     for e in range(E):
-        q = p + f"mlp.experts.{e}."
-        t += linear(seed, q + "gate_proj.weight", mi, H, 1.5 / math.sqrt(H), fp8)
-        t += linear(seed, q + "up_proj.weight", mi, H, 1.5 / math.sqrt(H), fp8)
-        t += linear(seed, q + "down_proj.weight", H, mi, 1.5 / math.sqrt(mi), fp8)
+        t += sw.mlp_tensors(lin, p + f"mlp.experts.{e}.", mi, H, 1.5 / math.sqrt(mi))
     si = mi * d["shared"]
     if si:
-        q = p + "mlp.shared_experts."
-        t += linear(seed, q + "gate_proj.weight", si, H, 1.5 / math.sqrt(H), fp8)
-        t += linear(seed, q + "up_proj.weight", si, H, 1.5 / math.sqrt(H), fp8)
-        t += linear(seed, q + "down_proj.weight", H, si, 1.0 / math.sqrt(si), fp8)
+        t += sw.mlp_tensors(lin, p + "mlp.shared_experts.", si, H, 1.0 / math.sqrt(si))
     return t
 
 
@@ -473,66 +407,56 @@ def model_tensors(d, seed):
     t = bf16_normal(seed, "model.embed_tokens.weight", (V, H), 1.0)
     for l in range(L):
         t += layer_tensors(d, seed, l)
-    t += bf16_uniform(seed, "model.norm.weight", (H,), 0.8, 1.2)
-    t += bf16_normal(seed, "lm_head.weight", (V, H), 2.0 / math.sqrt(H))
-    p = f"model.layers.{L}."
-    mtp = bf16_normal(seed, p + "embed_tokens.weight", (V, H), 1.0)
-    mtp += bf16_uniform(seed, p + "enorm.weight", (H,), 0.8, 1.2)
-    mtp += bf16_uniform(seed, p + "hnorm.weight", (H,), 0.8, 1.2)
-    mtp += bf16_normal(seed, p + "eh_proj.weight", (H, 2 * H), 1 / math.sqrt(2 * H))
-    mtp += layer_tensors(d, seed, L)
-    mtp += bf16_uniform(seed, p + "shared_head.norm.weight", (H,), 0.8, 1.2)
-    mtp += bf16_normal(seed, p + "shared_head.head.weight", (V, H), 2.0 / math.sqrt(H))
-    return t, mtp
+    t += sw.final_tensors(seed, V, H, normal=bf16_normal)
+    return t, sw.mtp_layer_tensors(seed, L, V, H, layer_tensors(d, seed, L), normal=bf16_normal)
 
 
-def generate(a, d, family_tensors, config, gen_config, total_digits):
-    """Shared --out path: drop, write config + generation config + shards."""
-    t0 = time.time()
-    main, tail = family_tensors
-    names = {t[0] for t in main + tail}
-    for n in a.drop:
-        if n not in names:
-            sys.exit(f"--drop: no tensor named {n}")
-    main = [t for t in main if t[0] not in a.drop]
-    tail = [t for t in tail if t[0] not in a.drop]
-    if a.shards < 1 or (tail and a.shards == 2 and not main):
-        sys.exit("--shards must be >= 1")
-    os.makedirs(a.out, exist_ok=True)
-    write_json(os.path.join(a.out, "config.json"), config)
-    write_json(os.path.join(a.out, "generation_config.json"), gen_config)
-    try:
-        write_release(a.out, main, tail, a.shards, total_digits, metadata={"format": "pt"})
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    print(f"wrote {len(main) + len(tail)} tensors to {a.out} in {time.time() - t0:.2f}s",
-          file=sys.stderr)
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+# --- the command line (shared with longcat_flash.py) ----------------------------------------
+def arg_parser(doc, presets):
+    """--out DIR | --check DIR [--like FIXTURE_DIR], --seed, --preset; the family adds its
+    own options after these."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out")
     ap.add_argument("--check", metavar="DIR", help="check DIR's layout instead of writing")
     ap.add_argument("--like", metavar="FIXTURE_DIR", help="with --check: compare with a fixture")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    ap.add_argument("--shards", type=int, default=3,
-                    help="1 = single model.safetensors; else N-1 main shards + the MTP shard")
-    ap.add_argument("--no-q-lora", action="store_true",
-                    help="q_lora_rank null + q_proj (not the V3 release layout)")
-    ap.add_argument("--vocab", type=int, help="vocabulary size (a real tokenizer's)")
-    ap.add_argument("--drop", action="append", default=[], metavar="TENSOR",
-                    help="omit this tensor (repeatable), for negative loader tests")
-    a = ap.parse_args()
+    ap.add_argument("--preset", choices=sorted(presets), default="tiny")
+    return ap
+
+
+def check_or_require_out(a, expected, is_tail):
+    """With --check: print check_layout's problems and exit (1 if any). Else --out is needed."""
     if a.check:
         cfg = json.load(open(os.path.join(a.check, "config.json")))
-        problems = check_layout(a.check, a.like, expected_tensors,
-                                lambda name: is_tail_tensor(name, cfg))
+        problems = check_layout(a.check, a.like, expected, lambda name: is_tail(name, cfg))
         for p in problems:
             print(p)
         sys.exit(1 if problems else 0)
     if not a.out:
         sys.exit("need --out DIR (or --check DIR)")
+
+
+def generate(a, d, family_tensors, config, gen_config, total_digits):
+    """Shared --out path: drop, write config + generation config + shards."""
+    t0 = time.time()
+    main, tail = sw.apply_drop(a.drop, *family_tensors)
+    if a.shards < 1 or (tail and a.shards == 2 and not main):
+        sys.exit("--shards must be >= 1")
+    sw.save_model(a.out, config, gen_config,
+                  lambda: write_release(a.out, main, tail, a.shards, total_digits,
+                                        metadata={"format": "pt"}), len(main) + len(tail), t0)
+
+
+def main():
+    ap = arg_parser(__doc__, PRESETS)
+    ap.add_argument("--shards", type=int, default=3,
+                    help="1 = single model.safetensors; else N-1 main shards + the MTP shard")
+    ap.add_argument("--no-q-lora", action="store_true",
+                    help="q_lora_rank null + q_proj (not the V3 release layout)")
+    ap.add_argument("--vocab", type=int, help="vocabulary size (a real tokenizer's)")
+    sw.add_drop_arg(ap)
+    a = ap.parse_args()
+    check_or_require_out(a, expected_tensors, is_tail_tensor)
     d = dict(PRESETS[a.preset])
     if a.no_q_lora:
         d["q_lora"] = None

@@ -42,16 +42,16 @@ CLI:
                --qk-norm 0|1 --attn-bias 0|1 --norm-topk 0|1]
 """
 import argparse
+import functools
 import math
 import os
 import sys
 import time
 
-import numpy as np
-
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from st_writer import f32_to_bf16, tensor_rng, write_checkpoint, write_json  # noqa: E402
+import st_writer as sw  # noqa: E402
+from st_writer import bf16_normal, bf16_uniform, tensor_rng  # noqa: E402
 
 PRESETS = {
     # GQA 4/2, rotary 8 of head_dim 16, 2 groups of 4 experts (1 kept), attention biases
@@ -159,6 +159,7 @@ def expected_tensors(cfg):
     SI = I * (cfg.get("n_shared_experts") or 0)
     L = cfg["num_hidden_layers"]
     t = {"model.embed_tokens.weight": ("BF16", [V, H])}
+    lin = functools.partial(sw.expect_linear, t)
 
     def layer(l):
         p = f"model.layers.{l}."
@@ -173,29 +174,13 @@ def expected_tensors(cfg):
             t[p + "self_attn.q_norm.weight"] = ("BF16", [D])
             t[p + "self_attn.k_norm.weight"] = ("BF16", [D])
         if l < cfg["first_k_dense_replace"]:
-            for n, shape in (("gate_proj", [DI, H]), ("up_proj", [DI, H]),
-                             ("down_proj", [H, DI])):
-                t[p + f"mlp.{n}.weight"] = ("BF16", shape)
+            sw.expect_mlp(lin, p + "mlp.", DI, H)
             return
-        t[p + "mlp.gate.weight"] = ("BF16", [E, H])
-        t[p + "mlp.gate.e_score_correction_bias"] = ("F32", [E])
-        for e in range(E):
-            for n, shape in (("gate_proj", [I, H]), ("up_proj", [I, H]), ("down_proj", [H, I])):
-                t[p + f"mlp.experts.{e}.{n}.weight"] = ("BF16", shape)
-        if SI:
-            for n, shape in (("gate_proj", [SI, H]), ("up_proj", [SI, H]),
-                             ("down_proj", [H, SI])):
-                t[p + f"mlp.shared_experts.{n}.weight"] = ("BF16", shape)
+        sw.expect_biased_moe(t, lin, p, E, I, SI, H)
 
     for l in range(L):
         layer(l)
-    for l in range(L, L + (cfg.get("num_nextn_predict_layers") or 0)):
-        layer(l)
-        p = f"model.layers.{l}."
-        t.update({p + "embed_tokens.weight": ("BF16", [V, H]), p + "enorm.weight": ("BF16", [H]),
-                  p + "hnorm.weight": ("BF16", [H]), p + "eh_proj.weight": ("BF16", [H, 2 * H]),
-                  p + "shared_head.norm.weight": ("BF16", [H]),
-                  p + "shared_head.head.weight": ("BF16", [V, H])})
+    sw.expect_mtp_layers(t, cfg, layer)
     t["model.norm.weight"] = ("BF16", [H])
     if not cfg.get("tie_word_embeddings"):
         t["lm_head.weight"] = ("BF16", [V, H])
@@ -203,23 +188,9 @@ def expected_tensors(cfg):
 
 
 # --- tensor makers (each draws from its own per-name stream) -------------------------------
-def bf16_uniform(seed, name, shape, lo, hi):
-    def make():
-        return f32_to_bf16(tensor_rng(seed, name).uniform(lo, hi, shape).astype(np.float32))
-    return [(name, "BF16", list(shape), make)]
-
-
-def bf16_normal(seed, name, shape, std):
-    def make():
-        return f32_to_bf16(tensor_rng(seed, name).standard_normal(shape, dtype=np.float32)
-                           * np.float32(std))
-    return [(name, "BF16", list(shape), make)]
-
-
-def f32_uniform(seed, name, shape, lo, hi):
-    def make():
-        return tensor_rng(seed, name).uniform(lo, hi, shape).astype(np.float32)
-    return [(name, "F32", list(shape), make)]
+def bf16_linear(seed):
+    """lin(name, rows, cols, std): a BF16 linear weight."""
+    return lambda name, rows, cols, std: bf16_normal(seed, name, (rows, cols), std)
 
 
 def layer_tensors(d, seed, l):
@@ -239,26 +210,20 @@ def layer_tensors(d, seed, l):
         t += bf16_uniform(seed, a + "q_norm.weight", (D,), 0.8, 1.6)
         t += bf16_uniform(seed, a + "k_norm.weight", (D,), 0.8, 1.6)
     t += bf16_uniform(seed, p + "post_attention_layernorm.weight", (H,), 0.8, 1.2)
+    lin = bf16_linear(seed)
     if l < d["dense"]:
-        t += bf16_normal(seed, p + "mlp.gate_proj.weight", (DI, H), 1.5 / math.sqrt(H))
-        t += bf16_normal(seed, p + "mlp.up_proj.weight", (DI, H), 1.5 / math.sqrt(H))
-        t += bf16_normal(seed, p + "mlp.down_proj.weight", (H, DI), 1.0 / math.sqrt(DI))
-        return t
+        return t + sw.mlp_tensors(lin, p + "mlp.", DI, H, 1.0 / math.sqrt(DI))
     t += bf16_normal(seed, p + "mlp.gate.weight", (E, H), 1.5 / math.sqrt(H))
-    t += f32_uniform(seed, p + "mlp.gate.e_score_correction_bias", (E,), -0.05, 0.35)
+    name = p + "mlp.gate.e_score_correction_bias"
+    t += sw.f32_array(name, (E,), lambda name=name: tensor_rng(seed, name)
+                      .uniform(-0.05, 0.35, (E,)))
     # routed outputs summed with total weight ~rsf (normalised) or ~rsf * topk * 0.6
     mass = d["rsf"] * (1.0 if d["norm_topk"] else 0.6 * d["topk"])
     for e in range(E):
-        q = p + f"mlp.experts.{e}."
-        t += bf16_normal(seed, q + "gate_proj.weight", (I, H), 1.5 / math.sqrt(H))
-        t += bf16_normal(seed, q + "up_proj.weight", (I, H), 1.5 / math.sqrt(H))
-        t += bf16_normal(seed, q + "down_proj.weight", (H, I), 1.5 / math.sqrt(I) / mass)
+        t += sw.mlp_tensors(lin, p + f"mlp.experts.{e}.", I, H, 1.5 / math.sqrt(I) / mass)
     SI = I * d["shared"]
     if SI:
-        q = p + "mlp.shared_experts."
-        t += bf16_normal(seed, q + "gate_proj.weight", (SI, H), 1.5 / math.sqrt(H))
-        t += bf16_normal(seed, q + "up_proj.weight", (SI, H), 1.5 / math.sqrt(H))
-        t += bf16_normal(seed, q + "down_proj.weight", (H, SI), 1.0 / math.sqrt(SI))
+        t += sw.mlp_tensors(lin, p + "mlp.shared_experts.", SI, H, 1.0 / math.sqrt(SI))
     return t
 
 
@@ -269,18 +234,8 @@ def model_tensors(d, seed, tie, nextn):
     for l in range(L):
         t += layer_tensors(d, seed, l)
     for l in range(L, L + nextn):
-        p = f"model.layers.{l}."
-        t += bf16_normal(seed, p + "embed_tokens.weight", (V, H), 1.0)
-        t += bf16_uniform(seed, p + "enorm.weight", (H,), 0.8, 1.2)
-        t += bf16_uniform(seed, p + "hnorm.weight", (H,), 0.8, 1.2)
-        t += bf16_normal(seed, p + "eh_proj.weight", (H, 2 * H), 1 / math.sqrt(2 * H))
-        t += layer_tensors(d, seed, l)
-        t += bf16_uniform(seed, p + "shared_head.norm.weight", (H,), 0.8, 1.2)
-        t += bf16_normal(seed, p + "shared_head.head.weight", (V, H), 2.0 / math.sqrt(H))
-    t += bf16_uniform(seed, "model.norm.weight", (H,), 0.8, 1.2)
-    if not tie:
-        t += bf16_normal(seed, "lm_head.weight", (V, H), 2.0 / math.sqrt(H))
-    return t
+        t += sw.mtp_layer_tensors(seed, l, V, H, layer_tensors(d, seed, l))
+    return t + sw.final_tensors(seed, V, H, tie)
 
 
 def main():
@@ -301,8 +256,7 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=int, dest=k)
     for k in FLOAT_KEYS:
         ap.add_argument("--" + k.replace("_", "-"), type=float, dest=k)
-    ap.add_argument("--drop", action="append", default=[], metavar="TENSOR",
-                    help="omit this tensor (repeatable), for negative loader tests")
+    sw.add_drop_arg(ap)
     a = ap.parse_args()
     d = dict(PRESETS[a.preset])
     d.update({k: getattr(a, k) for k in INT_KEYS + FLOAT_KEYS if getattr(a, k) is not None})
@@ -316,22 +270,9 @@ def main():
 
     t0 = time.time()
     tensors = model_tensors(d, seed, a.tie, a.nextn)
-    names = {t[0] for t in tensors}
     cfg = make_config(d, a.tie, a.nextn)
-    exp = expected_tensors(cfg)
-    assert {t[0]: (t[1], t[2]) for t in tensors} == exp, "generator / expected_tensors disagree"
-    for n in a.drop:
-        if n not in names:
-            sys.exit(f"--drop: no tensor named {n}")
-    tensors = [t for t in tensors if t[0] not in a.drop]
-    os.makedirs(a.out, exist_ok=True)
-    write_json(os.path.join(a.out, "config.json"), cfg)
-    write_json(os.path.join(a.out, "generation_config.json"), generation_config(d))
-    try:
-        write_checkpoint(a.out, tensors, a.shards, zero_based=False, metadata={"format": "pt"})
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    print(f"wrote {len(tensors)} tensors to {a.out} in {time.time() - t0:.2f}s", file=sys.stderr)
+    sw.write_model(a, tensors, cfg, generation_config(d), t0, {"format": "pt"},
+                   expected=expected_tensors(cfg))
 
 
 if __name__ == "__main__":

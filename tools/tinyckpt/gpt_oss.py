@@ -30,7 +30,10 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from st_writer import f32_to_bf16, tensor_rng, write_checkpoint, write_json  # noqa: E402
+import st_writer as sw  # noqa: E402
+from st_writer import bf16_uniform, f32_to_bf16, tensor_rng  # noqa: E402
+
+bf16_normal = sw.bf16_normal_mean0   # this generator adds the mean (0.0) in float32
 
 PRESETS = {
     "tiny": dict(hidden=64, layers=3, heads=4, kv_heads=2, head_dim=16, experts=6, topk=2,
@@ -144,20 +147,6 @@ def check_dims(d):
 
 
 # --- tensor makers (each draws from its own per-name stream) -------------------------------
-def bf16_normal(seed, name, shape, std, mean=0.0):
-    def make():
-        r = tensor_rng(seed, name)
-        return f32_to_bf16(r.standard_normal(shape, dtype=np.float32) * np.float32(std)
-                           + np.float32(mean))
-    return (name, "BF16", list(shape), make)
-
-
-def bf16_uniform(seed, name, shape, lo, hi):
-    def make():
-        return f32_to_bf16(tensor_rng(seed, name).uniform(lo, hi, shape).astype(np.float32))
-    return (name, "BF16", list(shape), make)
-
-
 def gate_up_bias(seed, name, shape):
     def make():
         r = tensor_rng(seed, name)
@@ -166,7 +155,7 @@ def gate_up_bias(seed, name, shape):
         hit = r.random(shape) < 0.08
         big = r.uniform(7.5, 10.0, shape) * np.where(r.random(shape) < 0.5, -1.0, 1.0)
         return f32_to_bf16(np.where(hit, big, b).astype(np.float32))
-    return (name, "BF16", list(shape), make)
+    return [(name, "BF16", list(shape), make)]
 
 
 def mxfp4(seed, name, e, rows, cols, target_rms):
@@ -192,31 +181,29 @@ def model_tensors(d, seed):
     """All tensors in model order (the order a release cuts shards in)."""
     H, V, E, I = d["hidden"], d["vocab"], d["experts"], d["intermediate"]
     Q, KV = d["heads"] * d["head_dim"], d["kv_heads"] * d["head_dim"]
-    t = [bf16_normal(seed, "model.embed_tokens.weight", (V, H), 1.0)]
+    t = bf16_normal(seed, "model.embed_tokens.weight", (V, H), 1.0)
     for l in range(d["layers"]):
         p = f"model.layers.{l}."
-        t += [bf16_uniform(seed, p + "input_layernorm.weight", (H,), 0.8, 1.2),
-              bf16_normal(seed, p + "self_attn.q_proj.weight", (Q, H), 1.2 / math.sqrt(H)),
-              bf16_normal(seed, p + "self_attn.q_proj.bias", (Q,), 0.2),
-              bf16_normal(seed, p + "self_attn.k_proj.weight", (KV, H), 1.2 / math.sqrt(H)),
-              bf16_normal(seed, p + "self_attn.k_proj.bias", (KV,), 0.2),
-              bf16_normal(seed, p + "self_attn.v_proj.weight", (KV, H), 1.0 / math.sqrt(H)),
-              bf16_normal(seed, p + "self_attn.v_proj.bias", (KV,), 0.2),
-              bf16_normal(seed, p + "self_attn.o_proj.weight", (H, Q), 1.0 / math.sqrt(Q)),
-              bf16_normal(seed, p + "self_attn.o_proj.bias", (H,), 0.2),
-              bf16_normal(seed, p + "self_attn.sinks", (d["heads"],), 1.0),
-              bf16_uniform(seed, p + "post_attention_layernorm.weight", (H,), 0.8, 1.2),
-              bf16_normal(seed, p + "mlp.router.weight", (E, H), 1.0 / math.sqrt(H)),
-              bf16_normal(seed, p + "mlp.router.bias", (E,), 0.3)]
+        t += (bf16_uniform(seed, p + "input_layernorm.weight", (H,), 0.8, 1.2)
+              + bf16_normal(seed, p + "self_attn.q_proj.weight", (Q, H), 1.2 / math.sqrt(H))
+              + bf16_normal(seed, p + "self_attn.q_proj.bias", (Q,), 0.2)
+              + bf16_normal(seed, p + "self_attn.k_proj.weight", (KV, H), 1.2 / math.sqrt(H))
+              + bf16_normal(seed, p + "self_attn.k_proj.bias", (KV,), 0.2)
+              + bf16_normal(seed, p + "self_attn.v_proj.weight", (KV, H), 1.0 / math.sqrt(H))
+              + bf16_normal(seed, p + "self_attn.v_proj.bias", (KV,), 0.2)
+              + bf16_normal(seed, p + "self_attn.o_proj.weight", (H, Q), 1.0 / math.sqrt(Q))
+              + bf16_normal(seed, p + "self_attn.o_proj.bias", (H,), 0.2)
+              + bf16_normal(seed, p + "self_attn.sinks", (d["heads"],), 1.0)
+              + bf16_uniform(seed, p + "post_attention_layernorm.weight", (H,), 0.8, 1.2)
+              + bf16_normal(seed, p + "mlp.router.weight", (E, H), 1.0 / math.sqrt(H))
+              + bf16_normal(seed, p + "mlp.router.bias", (E,), 0.3))
         # gate/up pre-activations of rms ~2; the swiglu output (~4.5 rms with the clamped
         # bias entries) mapped back to rms ~1 by down_proj
         t += mxfp4(seed, p + "mlp.experts.gate_up_proj", E, 2 * I, H, 2.0)
-        t += [gate_up_bias(seed, p + "mlp.experts.gate_up_proj_bias", (E, 2 * I))]
+        t += gate_up_bias(seed, p + "mlp.experts.gate_up_proj_bias", (E, 2 * I))
         t += mxfp4(seed, p + "mlp.experts.down_proj", E, H, I, 1.0 / 4.5)
-        t += [bf16_normal(seed, p + "mlp.experts.down_proj_bias", (E, H), 0.2)]
-    t += [bf16_uniform(seed, "model.norm.weight", (H,), 0.8, 1.2),
-          bf16_normal(seed, "lm_head.weight", (V, H), 2.0 / math.sqrt(H))]
-    return t
+        t += bf16_normal(seed, p + "mlp.experts.down_proj_bias", (E, H), 0.2)
+    return t + sw.final_tensors(seed, V, H, normal=bf16_normal)
 
 
 def main():
@@ -229,8 +216,7 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=int, dest=k)
     ap.add_argument("--orig-ctx", type=int, default=ORIG_CTX,
                     help="initial_context_length = rope_scaling.original_max_position_embeddings")
-    ap.add_argument("--drop", action="append", default=[], metavar="TENSOR",
-                    help="omit this tensor (repeatable), for negative loader tests")
+    sw.add_drop_arg(ap)
     a = ap.parse_args()
     d = dict(PRESETS[a.preset])
     d.update({k: getattr(a, k) for k in d if getattr(a, k) is not None})
@@ -240,21 +226,9 @@ def main():
         sys.exit("--shards must be >= 1")
 
     t0 = time.time()
-    tensors = model_tensors(d, a.seed)
-    names = {t[0] for t in tensors}
-    for n in a.drop:
-        if n not in names:
-            sys.exit(f"--drop: no tensor named {n}")
-    tensors = [t for t in tensors if t[0] not in a.drop]
-    os.makedirs(a.out, exist_ok=True)
-    write_json(os.path.join(a.out, "config.json"), make_config(d))
-    write_json(os.path.join(a.out, "generation_config.json"), generation_config(d))
     # gpt-oss shards are numbered from zero and carry no __metadata__ (save_sharded_model)
-    try:
-        write_checkpoint(a.out, tensors, a.shards, zero_based=True, metadata=None)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    print(f"wrote {len(tensors)} tensors to {a.out} in {time.time() - t0:.2f}s", file=sys.stderr)
+    sw.write_model(a, model_tensors(d, a.seed), make_config(d), generation_config(d), t0,
+                   None, zero_based=True)
 
 
 if __name__ == "__main__":

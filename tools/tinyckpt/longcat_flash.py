@@ -2,8 +2,8 @@
 """Writes a random tiny LongCat-Flash checkpoint in the released meituan-longcat layout.
 
 Owns: the longcat_flash tiny-checkpoint generator (tensor names, dtypes, shapes, config keys,
-shard naming) and its layout check (--check). Shared writing / FP8 / check helpers live in
-tools/tinyckpt/deepseek_v3.py.
+shard naming) and its layout check (--check). Shared writing / FP8 / check / command-line
+helpers live in tools/tinyckpt/deepseek_v3.py (MLA families) and st_writer.py (all generators).
 
 Layout (as /work/shared/fixtures/longcat_flash and longcat_flash_fp8, whose meta.json
 format_sources cite the transformers modeling_longcat_flash.py module tree, vLLM / sglang
@@ -31,7 +31,7 @@ CLI:
                    [--drop TENSOR]
   longcat_flash.py --check DIR [--like FIXTURE_DIR]     (layout check; exit 1 on problems)
 """
-import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -40,7 +40,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, HERE)
-from st_writer import tensor_rng  # noqa: E402
+import st_writer as sw  # noqa: E402
+from st_writer import bf16_uniform, f32_array, tensor_rng  # noqa: E402
 
 
 def _sibling(name):
@@ -83,17 +84,9 @@ def expected_tensors(cfg):
     nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     E, Z = cfg["n_routed_experts"], cfg.get("zero_expert_num") or 0
     ef, F = cfg["expert_ffn_hidden_size"], cfg["ffn_hidden_size"]
-    fp8 = ds.fp8_of(cfg)
     t = {"model.embed_tokens.weight": ("BF16", [V, H]), "model.norm.weight": ("BF16", [H]),
          "lm_head.weight": ("BF16", [V, H])}
-
-    def lin(name, rows, cols):
-        if fp8:
-            t[name] = ("F8_E4M3", [rows, cols])
-            t[name + "_scale_inv"] = ("F32", [-(-rows // 128), -(-cols // 128)])
-        else:
-            t[name] = ("BF16", [rows, cols])
-
+    lin = functools.partial(sw.expect_linear, t, fp8=ds.fp8_of(cfg))
     for l in range(cfg["num_layers"]):
         p = f"model.layers.{l}."
         for i in (0, 1):
@@ -107,13 +100,11 @@ def expected_tensors(cfg):
             t[a + "kv_a_layernorm.weight"] = ("BF16", [kl])
             lin(a + "kv_b_proj.weight", nh * (nope + v), kl)
             lin(a + "o_proj.weight", H, nh * v)
-            for n, r, c in (("gate_proj", F, H), ("up_proj", F, H), ("down_proj", H, F)):
-                lin(p + f"mlps.{i}.{n}.weight", r, c)
+            sw.expect_mlp(lin, p + f"mlps.{i}.", F, H)
         t[p + "mlp.router.classifier.weight"] = ("F32", [E + Z, H])
         t[p + "mlp.router.e_score_correction_bias"] = ("F32", [E + Z])
         for e in range(E):
-            for n, r, c in (("gate_proj", ef, H), ("up_proj", ef, H), ("down_proj", H, ef)):
-                lin(p + f"mlp.experts.{e}.{n}.weight", r, c)
+            sw.expect_mlp(lin, p + f"mlp.experts.{e}.", ef, H)
     return t
 
 
@@ -184,69 +175,49 @@ def model_tensors(d, seed, fp8):
     ql, kl, nope, v = d["q_lora"], d["kv_lora"], d["nope"], d["v"]
     E, Z, ef, F = d["experts"], d["zero"], d["expert_ffn"], d["ffn"]
     sq, skv = math.sqrt(H / ql), math.sqrt(H / kl)
-    lin = ds.linear
+    lin, mlp_lin = ds.linear, ds.mlp_linear(seed, fp8)
     t = ds.bf16_normal(seed, "model.embed_tokens.weight", (V, H), 1.0)
     for l in range(d["layers"]):
         p = f"model.layers.{l}."
         for i in (0, 1):
             a = p + f"self_attn.{i}."
-            t += ds.bf16_uniform(seed, p + f"input_layernorm.{i}.weight", (H,), 0.8, 1.2)
+            t += bf16_uniform(seed, p + f"input_layernorm.{i}.weight", (H,), 0.8, 1.2)
             t += lin(seed, a + "q_a_proj.weight", ql, H, 1 / math.sqrt(H), fp8)
-            t += ds.bf16_uniform(seed, a + "q_a_layernorm.weight", (ql,), 0.8, 1.2)
+            t += bf16_uniform(seed, a + "q_a_layernorm.weight", (ql,), 0.8, 1.2)
             # q / k_nope / v compensate the mla scales so activations stay O(1)
             t += lin(seed, a + "q_b_proj.weight", nh * (nope + ROPE), ql,
                      1.3 / math.sqrt(ql) / sq, fp8)
             t += lin(seed, a + "kv_a_proj_with_mqa.weight", kl + ROPE, H, 1.3 / math.sqrt(H), fp8)
-            t += ds.bf16_uniform(seed, a + "kv_a_layernorm.weight", (kl,), 0.8, 1.2)
+            t += bf16_uniform(seed, a + "kv_a_layernorm.weight", (kl,), 0.8, 1.2)
             t += lin(seed, a + "kv_b_proj.weight", nh * (nope + v), kl,
                      1.3 / math.sqrt(kl) / skv, fp8)
             t += lin(seed, a + "o_proj.weight", H, nh * v, 1.0 / math.sqrt(nh * v), fp8)
-            t += ds.bf16_uniform(seed, p + f"post_attention_layernorm.{i}.weight", (H,), 0.8, 1.2)
-            t += lin(seed, p + f"mlps.{i}.gate_proj.weight", F, H, 1.5 / math.sqrt(H), fp8)
-            t += lin(seed, p + f"mlps.{i}.up_proj.weight", F, H, 1.5 / math.sqrt(H), fp8)
-            t += lin(seed, p + f"mlps.{i}.down_proj.weight", H, F, 1.0 / math.sqrt(F), fp8)
+            t += bf16_uniform(seed, p + f"post_attention_layernorm.{i}.weight", (H,), 0.8, 1.2)
+            t += sw.mlp_tensors(mlp_lin, p + f"mlps.{i}.", F, H, 1.0 / math.sqrt(F))
         name = p + "mlp.router.classifier.weight"
-        t += ds.f32_array(name, (E + Z, H), lambda name=name: tensor_rng(seed, name)
-                          .standard_normal((E + Z, H)) * (1.2 / math.sqrt(H)))
+        t += f32_array(name, (E + Z, H), lambda name=name: tensor_rng(seed, name)
+                       .standard_normal((E + Z, H)) * (1.2 / math.sqrt(H)))
         name = p + "mlp.router.e_score_correction_bias"
 
         def bias(name=name):
             b = tensor_rng(seed, name).uniform(-0.02, 0.02, E + Z)
             b[E:] += ZERO_BIAS
             return b
-        t += ds.f32_array(name, (E + Z,), bias)
+        t += f32_array(name, (E + Z,), bias)
         for e in range(E):
-            q = p + f"mlp.experts.{e}."
             # an identity expert passes the normed state (rms ~1) times its weight; keep the
             # real experts' outputs on the same scale
-            t += lin(seed, q + "gate_proj.weight", ef, H, 1.5 / math.sqrt(H), fp8)
-            t += lin(seed, q + "up_proj.weight", ef, H, 1.5 / math.sqrt(H), fp8)
-            t += lin(seed, q + "down_proj.weight", H, ef, 1.5 / math.sqrt(ef), fp8)
-    t += ds.bf16_uniform(seed, "model.norm.weight", (H,), 0.8, 1.2)
-    t += ds.bf16_normal(seed, "lm_head.weight", (V, H), 2.0 / math.sqrt(H))
-    return t, []
+            t += sw.mlp_tensors(mlp_lin, p + f"mlp.experts.{e}.", ef, H, 1.5 / math.sqrt(ef))
+    return t + sw.final_tensors(seed, V, H, normal=ds.bf16_normal), []
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out")
-    ap.add_argument("--check", metavar="DIR", help="check DIR's layout instead of writing")
-    ap.add_argument("--like", metavar="FIXTURE_DIR", help="with --check: compare with a fixture")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    ap = ds.arg_parser(__doc__, PRESETS)
     ap.add_argument("--fp8", action="store_true", help="LongCat-Flash-Chat-FP8 layout")
     ap.add_argument("--shards", type=int, default=3, help="1 = single model.safetensors")
-    ap.add_argument("--drop", action="append", default=[], metavar="TENSOR",
-                    help="omit this tensor (repeatable), for negative loader tests")
+    sw.add_drop_arg(ap)
     a = ap.parse_args()
-    if a.check:
-        problems = ds.check_layout(a.check, a.like, expected_tensors,
-                                   lambda name: is_tail_tensor(name, None))
-        for p in problems:
-            print(p)
-        sys.exit(1 if problems else 0)
-    if not a.out:
-        sys.exit("need --out DIR (or --check DIR)")
+    ds.check_or_require_out(a, expected_tensors, is_tail_tensor)
     d = dict(PRESETS[a.preset])
     check_dims(d)
     ds.generate(a, d, model_tensors(d, a.seed, a.fp8), make_config(d, a.fp8),

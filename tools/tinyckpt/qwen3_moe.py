@@ -32,6 +32,7 @@ CLI:
                 --sparse-step S]
 """
 import argparse
+import functools
 import math
 import os
 import sys
@@ -41,8 +42,9 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from st_writer import (f32_to_bf16, fp8_block_quantize, tensor_rng,  # noqa: E402
-                       write_checkpoint, write_json)
+import st_writer as sw  # noqa: E402
+from st_writer import (bf16_normal, bf16_uniform, f32_to_bf16,  # noqa: E402
+                       fp8_block_quantize, tensor_rng)
 
 RELEASED_INTERMEDIATE = 6144   # Qwen3-30B-A3B intermediate_size: unused when no layer is dense
 PRESETS = {
@@ -164,13 +166,7 @@ def _expected(cfg, scale_dtype):
     if not cfg.get("tie_word_embeddings"):
         t["lm_head.weight"] = ("BF16", [V, H])
 
-    def lin(name, rows, cols):
-        if q:
-            t[name] = ("F8_E4M3", [rows, cols])
-            t[name + "_scale_inv"] = (sd, [-(-rows // bo), -(-cols // bi)])
-        else:
-            t[name] = ("BF16", [rows, cols])
-
+    lin = functools.partial(sw.expect_linear, t, fp8=bool(q), scale_dtype=sd, block=(bo, bi))
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         lin(p + "self_attn.q_proj.weight", Q, H)
@@ -184,30 +180,13 @@ def _expected(cfg, scale_dtype):
         if is_moe(d, l):
             t[p + "mlp.gate.weight"] = ("BF16", [E, H])
             for e in range(E):
-                lin(p + f"mlp.experts.{e}.gate_proj.weight", I, H)
-                lin(p + f"mlp.experts.{e}.up_proj.weight", I, H)
-                lin(p + f"mlp.experts.{e}.down_proj.weight", H, I)
+                sw.expect_mlp(lin, p + f"mlp.experts.{e}.", I, H)
         else:
-            lin(p + "mlp.gate_proj.weight", DI, H)
-            lin(p + "mlp.up_proj.weight", DI, H)
-            lin(p + "mlp.down_proj.weight", H, DI)
+            sw.expect_mlp(lin, p + "mlp.", DI, H)
     return t
 
 
 # --- tensor makers (each draws from its own per-name stream) -------------------------------
-def bf16_uniform(seed, name, shape, lo, hi):
-    def make():
-        return f32_to_bf16(tensor_rng(seed, name).uniform(lo, hi, shape).astype(np.float32))
-    return [(name, "BF16", list(shape), make)]
-
-
-def bf16_normal(seed, name, shape, std):
-    def make():
-        return f32_to_bf16(tensor_rng(seed, name).standard_normal(shape, dtype=np.float32)
-                           * np.float32(std))
-    return [(name, "BF16", list(shape), make)]
-
-
 def linear_base(seed, name, shape, std):
     """The bf16 bits of a linear's weight; ~1/256 of the entries shrunk by 10^U(-7,-3) (same
     in the bf16 and fp8 variants) so that FP8 blocks hold subnormal and zero codes."""
@@ -267,20 +246,12 @@ def model_tensors(d, seed, fp8=False, scale_dtype="BF16", tie=False):
         if is_moe(d, l):
             t += bf16_normal(seed, p + "mlp.gate.weight", (E, H), 1.0 / math.sqrt(H))
             for e in range(E):
-                q = p + f"mlp.experts.{e}."
-                t += lin(q + "gate_proj.weight", I, H, 1.5 / math.sqrt(H))
-                t += lin(q + "up_proj.weight", I, H, 1.5 / math.sqrt(H))
-                t += lin(q + "down_proj.weight", H, I, 1.0 / math.sqrt(I))
+                t += sw.mlp_tensors(lin, p + f"mlp.experts.{e}.", I, H, 1.0 / math.sqrt(I))
         else:
-            t += lin(p + "mlp.gate_proj.weight", DI, H, 1.5 / math.sqrt(H))
-            t += lin(p + "mlp.up_proj.weight", DI, H, 1.5 / math.sqrt(H))
-            t += lin(p + "mlp.down_proj.weight", H, DI, 1.0 / math.sqrt(DI))
+            t += sw.mlp_tensors(lin, p + "mlp.", DI, H, 1.0 / math.sqrt(DI))
         t += bf16_uniform(seed, p + "input_layernorm.weight", (H,), 0.8, 1.2)
         t += bf16_uniform(seed, p + "post_attention_layernorm.weight", (H,), 0.8, 1.2)
-    t += bf16_uniform(seed, "model.norm.weight", (H,), 0.8, 1.2)
-    if not tie:
-        t += bf16_normal(seed, "lm_head.weight", (V, H), 2.0 / math.sqrt(H))
-    return t
+    return t + sw.final_tensors(seed, V, H, tie)
 
 
 def parse_layers(s):
@@ -305,8 +276,7 @@ def main():
             ap.add_argument("--" + k.replace("_", "-"), type=int, dest=k)
     ap.add_argument("--mlp-only-layers", dest="mlp_only_layers", type=parse_layers,
                     help="comma-separated dense layer indices ('' for none)")
-    ap.add_argument("--drop", action="append", default=[], metavar="TENSOR",
-                    help="omit this tensor (repeatable), for negative loader tests")
+    sw.add_drop_arg(ap)
     a = ap.parse_args()
     d = dict(PRESETS[a.preset])
     d.update({k: getattr(a, k) for k in d if getattr(a, k) is not None})
@@ -317,22 +287,9 @@ def main():
 
     t0 = time.time()
     tensors = model_tensors(d, seed, a.fp8, a.scale_dtype, a.tie)
-    names = {t[0] for t in tensors}
     cfg = make_config(d, a.fp8, a.tie)
-    exp = _expected(cfg, a.scale_dtype)
-    assert {t[0]: (t[1], t[2]) for t in tensors} == exp, "generator / expected_tensors disagree"
-    for n in a.drop:
-        if n not in names:
-            sys.exit(f"--drop: no tensor named {n}")
-    tensors = [t for t in tensors if t[0] not in a.drop]
-    os.makedirs(a.out, exist_ok=True)
-    write_json(os.path.join(a.out, "config.json"), cfg)
-    write_json(os.path.join(a.out, "generation_config.json"), generation_config(d))
-    try:
-        write_checkpoint(a.out, tensors, a.shards, zero_based=False, metadata={"format": "pt"})
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    print(f"wrote {len(tensors)} tensors to {a.out} in {time.time() - t0:.2f}s", file=sys.stderr)
+    sw.write_model(a, tensors, cfg, generation_config(d), t0, {"format": "pt"},
+                   expected=_expected(cfg, a.scale_dtype))
 
 
 if __name__ == "__main__":

@@ -15,10 +15,19 @@ writers produce it:
 
 A tensor is given as (name, dtype, shape, make) where `make()` returns the raw array (BF16 as
 uint16 bits, U8 as uint8, ...) only when it is written, so large checkpoints stream to disk.
+
+Also owns what several generators share above the container: the random tensor makers (one
+stream per tensor name), the transformers-style MLP and DeepSeek-V3-style MTP layer tensor sets
+(as makers and as expected {name: (dtype, shape)} entries), --drop, and writing a model folder
+(config.json, generation_config.json, shards).
 """
+import functools
 import json
+import math
 import os
 import struct
+import sys
+import time
 import zlib
 
 import numpy as np
@@ -184,3 +193,149 @@ def write_checkpoint(folder, tensors, n_shards, zero_based=False, metadata=None)
     write_json(os.path.join(folder, "model.safetensors.index.json"),
                {"metadata": {"total_size": total}, "weight_map": weight_map})
     return weight_map
+
+
+# --- tensor makers (each draws from its own per-name stream; each returns a list of tensors) --
+def bf16_uniform(seed, name, shape, lo, hi):
+    def make():
+        return f32_to_bf16(tensor_rng(seed, name).uniform(lo, hi, shape).astype(np.float32))
+    return [(name, "BF16", list(shape), make)]
+
+
+def bf16_normal(seed, name, shape, std, mean=None):
+    """N(0, std^2) draws as bf16; with a mean (also 0.0) that is added in float32 afterwards,
+    as the deepseek_v3 / gpt_oss generators do (+ 0.0 turns a -0.0 draw into +0.0: their
+    streams need it, the others must not have it)."""
+    def make():
+        w = tensor_rng(seed, name).standard_normal(shape, dtype=np.float32) * np.float32(std)
+        if mean is not None:
+            w = w + np.float32(mean)
+        return f32_to_bf16(w)
+    return [(name, "BF16", list(shape), make)]
+
+
+bf16_normal_mean0 = functools.partial(bf16_normal, mean=0.0)
+
+
+def f32_array(name, shape, fn):
+    return [(name, "F32", list(shape), lambda: np.asarray(fn(), dtype=np.float32))]
+
+
+def mlp_tensors(lin, prefix, inter, hidden, down_std):
+    """gate_proj, up_proj [inter, hidden] (std 1.5/sqrt(hidden)) and down_proj [hidden, inter]
+    (down_std) of a SwiGLU MLP under `prefix`; lin(name, rows, cols, std) makes one linear."""
+    return (lin(prefix + "gate_proj.weight", inter, hidden, 1.5 / math.sqrt(hidden))
+            + lin(prefix + "up_proj.weight", inter, hidden, 1.5 / math.sqrt(hidden))
+            + lin(prefix + "down_proj.weight", hidden, inter, down_std))
+
+
+def mtp_layer_tensors(seed, l, vocab, hidden, layer, normal=bf16_normal):
+    """The DeepSeek-V3 MTP layer model.layers.<l>.* (also GLM-4.5's): embed_tokens [V, H],
+    enorm, hnorm [H], eh_proj [H, 2H], the decoder layer's tensors `layer`, shared_head.norm
+    [H], shared_head.head [V, H]; `normal` is the generator's normal maker."""
+    p = f"model.layers.{l}."
+    H, V = hidden, vocab
+    t = normal(seed, p + "embed_tokens.weight", (V, H), 1.0)
+    t += bf16_uniform(seed, p + "enorm.weight", (H,), 0.8, 1.2)
+    t += bf16_uniform(seed, p + "hnorm.weight", (H,), 0.8, 1.2)
+    t += normal(seed, p + "eh_proj.weight", (H, 2 * H), 1 / math.sqrt(2 * H))
+    t += layer
+    t += bf16_uniform(seed, p + "shared_head.norm.weight", (H,), 0.8, 1.2)
+    t += normal(seed, p + "shared_head.head.weight", (V, H), 2.0 / math.sqrt(H))
+    return t
+
+
+def final_tensors(seed, vocab, hidden, tie=False, normal=bf16_normal):
+    """model.norm [H] and, unless tied, lm_head [V, H]."""
+    t = bf16_uniform(seed, "model.norm.weight", (hidden,), 0.8, 1.2)
+    if not tie:
+        t += normal(seed, "lm_head.weight", (vocab, hidden), 2.0 / math.sqrt(hidden))
+    return t
+
+
+# --- expected layouts ({name: (dtype, shape)}, as check_layout.py compares) ----------------
+def expect_linear(t, name, rows, cols, fp8=False, scale_dtype="F32", block=(128, 128)):
+    """A linear's weight: BF16 [rows, cols], or F8_E4M3 + weight_scale_inv [ceil(rows / bo),
+    ceil(cols / bi)] in scale_dtype."""
+    if fp8:
+        t[name] = ("F8_E4M3", [rows, cols])
+        t[name + "_scale_inv"] = (scale_dtype, [-(-rows // block[0]), -(-cols // block[1])])
+    else:
+        t[name] = ("BF16", [rows, cols])
+
+
+def expect_mlp(lin, prefix, inter, hidden):
+    """The gate/up/down_proj entries of a SwiGLU MLP under `prefix`; lin(name, rows, cols)."""
+    for n, r, c in (("gate_proj", inter, hidden), ("up_proj", inter, hidden),
+                    ("down_proj", hidden, inter)):
+        lin(prefix + f"{n}.weight", r, c)
+
+
+def expect_biased_moe(t, lin, p, experts, inter, shared_inter, hidden):
+    """A DeepseekV3MoE / Glm4MoeMoE layer under prefix p: router mlp.gate.weight [E, H] BF16
+    and mlp.gate.e_score_correction_bias [E] F32, the experts' MLPs, and the shared experts'
+    (shared_inter wide) when there are any."""
+    t[p + "mlp.gate.weight"] = ("BF16", [experts, hidden])
+    t[p + "mlp.gate.e_score_correction_bias"] = ("F32", [experts])
+    for e in range(experts):
+        expect_mlp(lin, p + f"mlp.experts.{e}.", inter, hidden)
+    if shared_inter:
+        expect_mlp(lin, p + "mlp.shared_experts.", shared_inter, hidden)
+
+
+def expect_mtp_layers(t, cfg, layer):
+    """The num_nextn_predict_layers MTP layers model.layers.<num_hidden_layers + i>.*: the
+    decoder layer (layer(l) adds it) plus the entries of mtp_layer_tensors."""
+    H, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    for l in range(L, L + (cfg.get("num_nextn_predict_layers") or 0)):
+        layer(l)
+        p = f"model.layers.{l}."
+        t.update({p + "embed_tokens.weight": ("BF16", [V, H]), p + "enorm.weight": ("BF16", [H]),
+                  p + "hnorm.weight": ("BF16", [H]), p + "eh_proj.weight": ("BF16", [H, 2 * H]),
+                  p + "shared_head.norm.weight": ("BF16", [H]),
+                  p + "shared_head.head.weight": ("BF16", [V, H])})
+
+
+def check_expected(tensors, expected):
+    assert {t[0]: (t[1], t[2]) for t in tensors} == expected, \
+        "generator / expected_tensors disagree"
+
+
+# --- the command line ----------------------------------------------------------------------
+def add_drop_arg(ap):
+    ap.add_argument("--drop", action="append", default=[], metavar="TENSOR",
+                    help="omit this tensor (repeatable), for negative loader tests")
+
+
+def apply_drop(drop, *groups):
+    """The tensor lists without the --drop tensors (each of which must exist)."""
+    names = {t[0] for g in groups for t in g}
+    for n in drop:
+        if n not in names:
+            sys.exit(f"--drop: no tensor named {n}")
+    return [[t for t in g if t[0] not in drop] for g in groups]
+
+
+def save_model(out, config, gen_config, write, n_tensors, t0):
+    """config.json, generation_config.json, then write() (the shards; a ValueError -> exit 1)
+    into folder `out`; reports the count and the time since t0."""
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, "config.json"), config)
+    write_json(os.path.join(out, "generation_config.json"), gen_config)
+    try:
+        write()
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    print(f"wrote {n_tensors} tensors to {out} in {time.time() - t0:.2f}s", file=sys.stderr)
+
+
+def write_model(a, tensors, config, gen_config, t0, metadata, zero_based=False, expected=None):
+    """The --out path of a one-list generator: the tensors checked against `expected` (when
+    given), --drop applied, then config, generation config and write_checkpoint into a.out
+    (a.shards shards)."""
+    if expected is not None:
+        check_expected(tensors, expected)
+    tensors, = apply_drop(a.drop, tensors)
+    save_model(a.out, config, gen_config,
+               lambda: write_checkpoint(a.out, tensors, a.shards, zero_based=zero_based,
+                                        metadata=metadata), len(tensors), t0)
