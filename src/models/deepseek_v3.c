@@ -202,6 +202,7 @@ static void deepseek_v3_describe(const ms_model *mb, FILE *out)
 {
     const deepseek_v3 *m = (const deepseek_v3 *)mb;
     ms_cfg_describe(keys, N_KEYS, mb, out);
+    fprintf(out, "  (MTP layers ignored: %lld)\n", (long long)m->n_mtp);
     ms_mla_describe(&m->dec.layers[0].mla, &m->rc, out);
 }
 

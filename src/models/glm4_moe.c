@@ -179,8 +179,8 @@ static int glm4_open(const ms_checkpoint *ck, ms_binder *b, const ms_model_opts 
 static void glm4_describe(const ms_model *mb, FILE *out)
 {
     ms_cfg_describe(keys, (int)(sizeof keys / sizeof keys[0]), mb, out);
-    fprintf(out, "  (rotary dims per head: %d; MTP layers ignored)\n",
-            ((const glm4 *)mb)->rope.dim);
+    fprintf(out, "  (rotary dims per head: %d; MTP layers ignored: %lld)\n",
+            ((const glm4 *)mb)->rope.dim, (long long)((const glm4 *)mb)->n_mtp);
 }
 
 static int glm4_forward(ms_model *mb, const ms_fwd *f, ms_err *err)

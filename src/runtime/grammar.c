@@ -792,12 +792,17 @@ static int xml_text_rule(build *b)
     return r;
 }
 
-/* "<tool_call>\n<function=NAME>\n" then each parameter as
- * "<parameter=K>\nVALUE\n</parameter>\n" in the schema's order (optional
- * ones may be left out; strings as text, other types as JSON), then
- * "</function>\n</tool_call>". */
-int ms_grammar_xml_calls(int n, const char *const *names, const char *const *schemas,
-                         const char *open, ms_grammar **out, ms_error *err)
+const ms_xml_syntax ms_xml_qwen3_coder = {"<tool_call>\n<function=", ">\n", "<parameter=",
+                                          ">\n", "\n</parameter>\n", "</function>\n</tool_call>"};
+const ms_xml_syntax ms_xml_glm45 = {"<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>",
+                                    "</arg_value>\n", "</tool_call>"};
+
+/* call_open NAME name_end, then each parameter as arg_open K key_end VALUE
+ * value_end in the schema's order (optional ones may be left out; strings
+ * as text, other types as JSON), then call_close. */
+int ms_grammar_xml_calls(const ms_xml_syntax *sx, int n, const char *const *names,
+                         const char *const *schemas, const char *open, ms_grammar **out,
+                         ms_error *err)
 {
     *out = NULL;
     ms_grammar *g = calloc(1, sizeof *g);
@@ -845,11 +850,11 @@ int ms_grammar_xml_calls(int n, const char *const *names, const char *const *sch
             for (size_t i = np; i-- > 0;) {
                 gseq s = {0};
                 rest[i] = new_rule(&b);
-                lit(&b, &s, "<parameter=", 11);
+                lit(&b, &s, sx->arg_open, strlen(sx->arg_open));
                 lit(&b, &s, keys[i], strlen(keys[i]));
-                lit(&b, &s, ">\n", 2);
+                lit(&b, &s, sx->key_end, strlen(sx->key_end));
                 ref(&b, &s, val[i]);
-                lit(&b, &s, "\n</parameter>\n", 14);
+                lit(&b, &s, sx->value_end, strlen(sx->value_end));
                 ref(&b, &s, rest[i + 1]);
                 add_alt(&b, rest[i], &s);
                 if (!need[i]) {
@@ -860,11 +865,11 @@ int ms_grammar_xml_calls(int n, const char *const *names, const char *const *sch
             gseq s = {0};
             if (open)
                 lit(&b, &s, open, strlen(open));
-            lit(&b, &s, "<tool_call>\n<function=", 22);
+            lit(&b, &s, sx->call_open, strlen(sx->call_open));
             lit(&b, &s, names[t], strlen(names[t]));
-            lit(&b, &s, ">\n", 2);
+            lit(&b, &s, sx->name_end, strlen(sx->name_end));
             ref(&b, &s, rest[0]);
-            lit(&b, &s, "</function>\n</tool_call>", 24);
+            lit(&b, &s, sx->call_close, strlen(sx->call_close));
             add_alt(&b, root, &s);
         }
         free(rest);

@@ -12,10 +12,20 @@
 
 typedef struct ms_gstate ms_gstate;
 
-/* Qwen3-Coder's XML call to one of n tools (names, parameters schemas),
- * after `open` (may be NULL: what closes an opened reasoning). */
-int ms_grammar_xml_calls(int n, const char *const *names, const char *const *schemas,
-                         const char *open, ms_grammar **out, ms_error *err);
+/* The framing of an XML-style tool call: call_open NAME name_end, then per
+ * argument arg_open KEY key_end VALUE value_end, then call_close (values:
+ * strings as text without "</", other types as JSON). */
+typedef struct ms_xml_syntax {
+    const char *call_open, *name_end, *arg_open, *key_end, *value_end, *call_close;
+} ms_xml_syntax;
+extern const ms_xml_syntax ms_xml_qwen3_coder, ms_xml_glm45;
+
+/* An XML-style call (Qwen3-Coder's, GLM-4.5's) to one of n tools (names,
+ * parameters schemas), after `open` (may be NULL: what closes an opened
+ * reasoning). */
+int ms_grammar_xml_calls(const ms_xml_syntax *sx, int n, const char *const *names,
+                         const char *const *schemas, const char *open, ms_grammar **out,
+                         ms_error *err);
 
 int ms_gstate_new(const ms_grammar *g, ms_gstate **out, ms_error *err);
 void ms_gstate_free(ms_gstate *s);

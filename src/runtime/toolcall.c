@@ -510,6 +510,8 @@ static const char *const harmony_markers[] = {"<|start|>", "<|channel|>", "<|mes
 static const char *const qwen_markers[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
     "<|im_end|>", "<|endoftext|>", NULL};
 static const char *const ds_markers[] = {"<think>", "</think>", DS_CALLS_BEGIN, DS_EOS, NULL};
+static const char *const glm_markers[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<|user|>", "<|observation|>", "<|endoftext|>", NULL};
 static const char *const lc_markers[] = {"<longcat_think>", "</longcat_think>",
     "<longcat_tool_call>", "</longcat_s>", NULL};
 
@@ -555,7 +557,8 @@ int ms_chat_parse(int format, const char *text, size_t len, const char *tools_js
     out o = {.calls = json_array(), .partial = (flags & MS_PARSE_PARTIAL) != 0};
     const char *const *mk = format == MS_TOOLS_HARMONY ? harmony_markers
                           : format == MS_TOOLS_DEEPSEEK_V3 || format == MS_TOOLS_DEEPSEEK_V3_1
-                          ? ds_markers : format == MS_TOOLS_LONGCAT ? lc_markers : qwen_markers;
+                          ? ds_markers : format == MS_TOOLS_LONGCAT ? lc_markers
+                          : format == MS_TOOLS_GLM45 ? glm_markers : qwen_markers;
     if (o.partial)
         len = without_marker_piece(text, len, mk);
     piece s = {text, len};
@@ -642,11 +645,6 @@ int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_
         ms_err_set(err, MS_E_NOMEM, "out of memory building a tool-call grammar");
         goto out;
     }
-    if (format == MS_TOOLS_GLM45) {
-        ms_err_set(err, MS_E_UNSUPPORTED, "tool_choice \"required\" or a named function is not "
-                   "supported for the glm45 call syntax yet (\"auto\" and \"none\" are)");
-        goto out;
-    }
     for (size_t i = 0; i < n; i++) {
         const json_t *f = json_object_get(json_array_get(tools, i), "function");
         const char *name = json_string_value(json_object_get(f, "name"));
@@ -658,7 +656,7 @@ int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_
         json_decref(nm);
         char buf[1024];
         switch (format) {
-        case MS_TOOLS_QWEN3_CODER: /* the name alone: the XML grammar frames it */
+        case MS_TOOLS_QWEN3_CODER: case MS_TOOLS_GLM45: /* the name alone: the grammar frames it */
             snprintf(buf, sizeof buf, "%s", name);
             break;
         case MS_TOOLS_HARMONY:
@@ -697,8 +695,9 @@ int ms_grammar_for_tool_call(int format, int opens_reasoning, const char *tools_
                    only ? only : "");
         goto out;
     }
-    if (format == MS_TOOLS_QWEN3_CODER)
-        rc = ms_grammar_xml_calls(k, (const char *const *)pre, (const char *const *)sch,
+    if (format == MS_TOOLS_QWEN3_CODER || format == MS_TOOLS_GLM45)
+        rc = ms_grammar_xml_calls(format == MS_TOOLS_GLM45 ? &ms_xml_glm45 : &ms_xml_qwen3_coder,
+                                  k, (const char *const *)pre, (const char *const *)sch,
                                   *open ? open : NULL, g, err);
     else
         rc = ms_grammar_json(k, (const char *const *)pre, (const char *const *)sch, suffix, g,

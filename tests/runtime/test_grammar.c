@@ -155,6 +155,40 @@ static void test_xml_call(void)
     ms_grammar_free(g);
 }
 
+/* GLM-4.5's forced call: <tool_call>NAME then <arg_key>/<arg_value> pairs,
+ * string values as text, other types as JSON; what the grammar accepts
+ * parses back into the call. */
+static void test_glm45_call(void)
+{
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                        "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+                        "{\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}, "
+                        "\"required\": [\"city\"]}}}]";
+    ms_grammar *g = NULL;
+    ms_error err = {0};
+    CHECK(ms_grammar_for_tool_call(MS_TOOLS_GLM45, 0, tools, NULL, &g, &err) == 0, "%s",
+          err.msg);
+    const char *call = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>S\xc3\xa3o "
+                       "<b> Paulo</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n"
+                       "</tool_call>";
+    CHECK(accepts(g, call) == 1, "the call");
+    CHECK(accepts(g, "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>3"
+                     "</arg_value>\n</tool_call>") == 0, "city is required");
+    CHECK(accepts(g, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n"
+                     "<arg_key>days</arg_key>\n<arg_value>three</arg_value>\n</tool_call>") == 0,
+          "days is an integer");
+    CHECK(accepts(g, "<tool_call>get_forecast\n<arg_key>city</arg_key>\n<arg_value>x"
+                     "</arg_value>\n</tool_call>") == 0, "only the offered tool");
+    char *msg = NULL;
+    CHECK(ms_chat_parse(MS_TOOLS_GLM45, call, strlen(call), tools, 0, &msg, NULL, &err) == 0,
+          "%s", err.msg);
+    CHECK(msg && strstr(msg, "\"name\": \"get_weather\"") &&
+          strstr(msg, "\\\"city\\\":\\\"S\xc3\xa3o <b> Paulo\\\"") && strstr(msg, "\\\"days\\\":3"),
+          "parsed back: %s", msg ? msg : "(null)");
+    free(msg);
+    ms_grammar_free(g);
+}
+
 static void test_refusals(void)
 {
     const char *bad[][2] = {
@@ -251,6 +285,7 @@ int main(void)
     TEST_CASE(test_arrays);
     TEST_CASE(test_refs_and_any_object);
     TEST_CASE(test_xml_call);
+    TEST_CASE(test_glm45_call);
     TEST_CASE(test_refusals);
     TEST_CASE(test_masks_real_vocab);
     return t_finish();
