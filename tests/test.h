@@ -63,4 +63,31 @@ static inline const char *t_fixtures_dir(void)
     return e && *e ? e : "../shared/fixtures";
 }
 
+/* The suite's work folder ($MS_TMP, else /tmp). */
+static inline const char *t_tmpdir(void)
+{
+    const char *t = getenv("MS_TMP");
+    return t && *t ? t : "/tmp";
+}
+
+/* Writes a tiny checkpoint with tools/tinyckpt/<gen> (a script and its
+ * arguments) into out; the writer's exit status. */
+static inline int t_make_model(const char *gen, const char *out)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/tinyckpt/%s --out %s >/dev/null 2>&1",
+             gen, out);
+    return system(cmd);
+}
+
+/* The lowest index of the largest of n values. */
+static inline int t_argmax(const float *l, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = i;
+    return b;
+}
+
 #endif

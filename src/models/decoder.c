@@ -199,6 +199,18 @@ static int ffn(ms_decoder *dec, const ms_fwd *f, int l, const rows *r, ms_err *e
     return 0;
 }
 
+void ms_decoder_bind_norms(ms_decoder_layer *L, ms_binder *b, const char *prefix, int64_t d)
+{
+    char n[256];
+    float *v;
+    snprintf(n, sizeof n, "%s.input_layernorm.weight", prefix);
+    ms_bind_vector(b, MS_ROLE_DENSE, n, d, &v);
+    L->attn_norm = v;
+    snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", prefix);
+    ms_bind_vector(b, MS_ROLE_DENSE, n, d, &v);
+    L->ffn_norm = v;
+}
+
 int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, int64_t n_mtp,
                     ms_layer_fn *layer, ms_prepare_fn *prepare, void *fam,
                     const ms_model_opts *opts, ms_err *err)

@@ -74,6 +74,9 @@ typedef int ms_prepare_fn(void *fam, int l, ms_err *err);
 int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, int64_t n_mtp,
                     ms_layer_fn *layer, ms_prepare_fn *prepare, void *fam,
                     const ms_model_opts *opts, ms_err *err);
+/* "<prefix>.input_layernorm.weight" and "<prefix>.post_attention_layernorm.weight"
+ * ([d] each) as the layer's attn_norm and ffn_norm. */
+void ms_decoder_bind_norms(ms_decoder_layer *L, ms_binder *b, const char *prefix, int64_t d);
 /* Allocates the scratch for the layers as described; call after binding. */
 int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err);
 int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err);

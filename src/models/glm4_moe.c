@@ -126,14 +126,8 @@ static void layer(void *fam, ms_binder *b, int l)
     m->base.kv_plane[l] = a->head_dim;
 
     char p[64], n[128];
-    float *v;
     snprintf(p, sizeof p, "model.layers.%d", l);
-    snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
-    ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
-    L->attn_norm = v;
-    snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
-    ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
-    L->ffn_norm = v;
+    ms_decoder_bind_norms(L, b, p, m->d);
     snprintf(n, sizeof n, "%s.self_attn", p);
     ms_gqa_bind(a, b, n, m->attn_bias, 0, m->qk_norm);
     snprintf(n, sizeof n, "%s.mlp", p);

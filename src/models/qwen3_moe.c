@@ -115,12 +115,7 @@ static void layer(void *fam, ms_binder *b, int l)
     char p[64], n[128];
     float *v;
     snprintf(p, sizeof p, "model.layers.%d", l);
-    snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
-    ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
-    L->attn_norm = v;
-    snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
-    ms_bind_vector(b, MS_ROLE_DENSE, n, m->d, &v);
-    L->ffn_norm = v;
+    ms_decoder_bind_norms(L, b, p, m->d);
     snprintf(n, sizeof n, "%s.self_attn", p);
     ms_gqa_bind(a, b, n, m->attn_bias, m->attn_bias, 1);
     if (!L->is_moe) {

@@ -13,34 +13,11 @@
 #define STEPS 6
 #define NSEQ 3
 
-static const char *tmpdir(void)
-{
-    const char *t = getenv("MS_TMP");
-    return t && *t ? t : "/tmp";
-}
-
-static int make_model(const char *gen, const char *out)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/tinyckpt/%s --out %s >/dev/null 2>&1",
-             gen, out);
-    return system(cmd);
-}
-
-static int32_t argmax(const float *l, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return b;
-}
-
 static void check_family(const char *gen, const char *name)
 {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/batch_%s", tmpdir(), name);
-    if (make_model(gen, dir)) {
+    snprintf(dir, sizeof dir, "%s/batch_%s", t_tmpdir(), name);
+    if (t_make_model(gen, dir)) {
         CHECK(0, "%s: tools/tinyckpt/%s failed", name, gen);
         return;
     }
@@ -69,7 +46,7 @@ static void check_family(const char *gen, const char *name)
         for (int k = 0; k <= STEPS; k++) {
             const float *l = ms_session_logits(ss);
             memcpy(solo + ((size_t)s * (STEPS + 1) + (size_t)k) * (size_t)V, l, (size_t)V * 4);
-            int32_t id = argmax(l, V);
+            int32_t id = t_argmax(l, V);
             if (k < STEPS && ms_session_eval(ss, &id, 1, NULL, &err))
                 CHECK(0, "%s: %s", name, err.msg);
         }
@@ -100,7 +77,7 @@ static void check_family(const char *gen, const char *name)
                           step[s]);
             }
             act[n] = ss[s];
-            ids[n] = argmax(l, V);
+            ids[n] = t_argmax(l, V);
             who[n++] = s;
         }
         if (!n)

@@ -12,29 +12,6 @@
 #include "test.h"
 #include "moestream.h"
 
-static const char *tmpdir(void)
-{
-    const char *t = getenv("MS_TMP");
-    return t && *t ? t : "/tmp";
-}
-
-static int make_model(const char *gen, const char *out)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/tinyckpt/%s --out %s >/dev/null 2>&1",
-             gen, out);
-    return system(cmd);
-}
-
-static int32_t argmax(const float *l, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return b;
-}
-
 /* Evaluates a prompt of n ids in a, saves, loads into b, then decodes 6
  * greedy steps in both: every step's logits equal. */
 static void roundtrip(ms_engine *eng, int kv, int64_t n, const char *what)
@@ -44,7 +21,7 @@ static void roundtrip(ms_engine *eng, int kv, int64_t n, const char *what)
     ms_session_opts so = {.ctx = 512, .kv_format = kv};
     int32_t V = ms_engine_info(eng)->vocab_size;
     char path[600];
-    snprintf(path, sizeof path, "%s/session_%s_%d.kv", tmpdir(), what, kv);
+    snprintf(path, sizeof path, "%s/session_%s_%d.kv", t_tmpdir(), what, kv);
     if (ms_session_open(eng, &so, &a, &err) || ms_session_open(eng, &so, &b, &err)) {
         CHECK(0, "%s: %s", what, err.msg);
         goto out;
@@ -65,7 +42,7 @@ static void roundtrip(ms_engine *eng, int kv, int64_t n, const char *what)
         const float *la = ms_session_logits(a), *lb = ms_session_logits(b);
         CHECK(la && lb && memcmp(la, lb, sizeof *la * (size_t)V) == 0,
               "%s kv %d: logits differ at step %d", what, kv, step);
-        int32_t t = argmax(la, V);
+        int32_t t = t_argmax(la, V);
         if (ms_session_eval(a, &t, 1, NULL, &err) || ms_session_eval(b, &t, 1, NULL, &err)) {
             CHECK(0, "%s: %s", what, err.msg);
             break;
@@ -80,8 +57,8 @@ out:
 static ms_engine *open_model(const char *gen, const char *name)
 {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/session_file_%s", tmpdir(), name);
-    if (make_model(gen, dir)) {
+    snprintf(dir, sizeof dir, "%s/session_file_%s", t_tmpdir(), name);
+    if (t_make_model(gen, dir)) {
         CHECK(0, "tools/tinyckpt/%s failed", gen);
         return NULL;
     }
@@ -131,8 +108,8 @@ static void test_refusals(void)
     ms_session_opts small = {.ctx = 128, .kv_format = MS_KVCACHE_F32};
     ms_session_opts bf16 = {.ctx = 256, .kv_format = MS_KVCACHE_BF16};
     char path[600], cut[600];
-    snprintf(path, sizeof path, "%s/session_refuse.kv", tmpdir());
-    snprintf(cut, sizeof cut, "%s/session_cut.kv", tmpdir());
+    snprintf(path, sizeof path, "%s/session_refuse.kv", t_tmpdir());
+    snprintf(cut, sizeof cut, "%s/session_cut.kv", t_tmpdir());
     int32_t ids[20];
     for (int i = 0; i < 20; i++)
         ids[i] = 5 + 3 * i;
