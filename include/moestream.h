@@ -90,6 +90,14 @@ typedef struct ms_engine_opts {
     const char *trace_path; /* write the expert routing trace here */
     int precision;       /* enum ms_precision (process-wide, like n_threads) */
     const char *chat_template_file; /* a Jinja file used instead of the folder's template */
+    /* A pipeline stage (see "Pipeline stages" below): the engine binds and
+     * runs only layers [stage_first, stage_end) (0, 0: all of them) and,
+     * with stage_no_ends, neither the embedding nor the final norm and
+     * lm_head; link (copied at open) carries the residual to the stages
+     * after it. NULL: this engine runs the whole model or serves a stage
+     * through ms_stage_eval. */
+    int stage_first, stage_end, stage_no_ends;
+    const struct ms_stage_link *link;
 } ms_engine_opts;
 
 /* Arithmetic of the products. EXACT keeps float32 activations (results
@@ -217,6 +225,7 @@ typedef struct ms_stats {
     int64_t prefetch_predicted, prefetch_correct, prefetch_issued;
     int64_t prefetch_wasted_bytes;
     double t_io_wait;
+    double t_stages;   /* pipeline: waiting for the other stages (sending, receiving) */
 } ms_stats;
 
 /* One line: where experts live (policy, budget, slots, I/O backend). */
@@ -250,6 +259,59 @@ int ms_engine_mem_plan(const ms_engine *eng, uint64_t mem, ms_mem_plan *out);
 int ms_engine_disk_probe(const ms_engine *eng, int n, int depth, double *bytes_per_s,
                          ms_error *err);
 void ms_session_stats(const ms_session *s, ms_stats *out);
+
+/* The expert store's counters (the expert_* fields of ms_stats, the rest
+ * zero), for an engine without a session of its own (a pipeline stage). */
+void ms_engine_stats(const ms_engine *eng, ms_stats *out);
+
+/* Pipeline stages. A model can run as a chain of engines, each holding a
+ * contiguous range of its layers (in one process or, through a transport
+ * such as app/pipeline_mpi.c, in several): the first holds the embedding,
+ * its layers and the head, and is the one sessions, samplers and front
+ * ends use; the others only run their layers on the residual stream they
+ * are sent (ms_stage_eval), with caches of their own per session. Results
+ * are bit-identical to one engine running the whole model. */
+typedef struct ms_stage_rows {
+    int64_t n, d;              /* rows of the call, floats per row */
+    int n_seq;                 /* sessions the call may touch */
+    const uint64_t *sid;       /* [n_seq] their ids (ms_session_id) */
+    const int64_t *ctx;        /* [n_seq] their contexts */
+    const int32_t *kv_format;  /* [n_seq] their KV formats (enum ms_kv_format) */
+    const int32_t *seq;        /* [n] row t is of session seq[t] ... */
+    const int64_t *pos;        /* [n] ... at position pos[t] */
+} ms_stage_rows;
+
+/* How the first engine reaches the others. send passes a call's residual
+ * x [n][d] after the first engine's layers on to the next stage; recv
+ * returns into x the residual after the model's last layer of the oldest
+ * call sent and not yet received. Up to in_flight calls (at least 1) are
+ * sent before the first is received: a prompt or a batched step is split
+ * into that many micro-batches so that the stages work at the same time.
+ * closed says a session is gone (from any thread); its stages drop its
+ * caches. */
+typedef struct ms_stage_link {
+    int (*send)(void *user, const ms_stage_rows *rows, const float *x, ms_error *err);
+    int (*recv)(void *user, float *x, int64_t n, int64_t d, ms_error *err);
+    void (*closed)(void *user, uint64_t sid);
+    void *user;
+    int in_flight;
+} ms_stage_link;
+
+/* A session's id, unique within its engine (what a stage keys its caches by). */
+uint64_t ms_session_id(const ms_session *s);
+/* A stage's work: x [rows->n][rows->d], the residual entering this
+ * engine's first layer, becomes the residual after its last; the caches
+ * are those of ss[0..rows->n_seq) (row t: ss[seq[t]] at pos[t]). Rows of
+ * one session are consecutive positions, or the call is a batched step of
+ * one row per session. A session that holds positions at or past its
+ * first row is truncated to it (the first engine rewound); one that holds
+ * fewer is refused. */
+int ms_stage_eval(ms_session *const *ss, const ms_stage_rows *rows, float *x, ms_error *err);
+/* Bytes of the checkpoint per decoder layer (*bytes [*n_layers], caller
+ * frees) and of the rest (embedding, final norm, head: *ends), from the
+ * tensors' headers: what a split into stages balances. */
+int ms_layer_bytes(const char *model_dir, int64_t **bytes, int *n_layers, int64_t *ends,
+                   ms_error *err);
 
 /* Sampling. temperature 0 is greedy (argmax, lowest id on ties); top_k 0,
  * top_p 1 and min_p 0 disable those filters. Applied in the order

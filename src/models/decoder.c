@@ -1,6 +1,8 @@
 /* The pre-norm decoder loop of the GQA families and deepseek_v3. */
 #include "models/decoder.h"
 
+#include <string.h>
+
 #include "models/ops.h"
 
 int ms_decoder_init(ms_decoder *dec, ms_model *base, int64_t d, int64_t vocab, float eps,
@@ -28,7 +30,7 @@ int ms_decoder_alloc_scratch(ms_decoder *dec, ms_err *err)
             return -1;
         return 0;
     }
-    for (int l = 0; l < b->n_layers; l++) {
+    for (int l = b->layer0; l < b->layer1; l++) {
         const ms_decoder_layer *L = &dec->layers[l];
         int64_t w = L->use_mla ? ms_mla_scratch(&L->mla, B) : ms_gqa_scratch(&L->attn, B);
         if (L->is_moe) {
@@ -79,7 +81,7 @@ typedef struct rows {
 static int64_t moe_scratch(const ms_decoder *dec, int64_t n)
 {
     int64_t w = 0;
-    for (int l = 0; l < dec->base->n_layers; l++)
+    for (int l = dec->base->layer0; l < dec->base->layer1; l++)
         if (dec->layers[l].is_moe) {
             int64_t m = ms_moe_scratch(&dec->layers[l].moe, n);
             w = m > w ? m : w;
@@ -144,7 +146,7 @@ static void prefetch_next(ms_decoder *dec, int l, const float *x, int64_t n, int
                           float *tmp)
 {
     ms_model *b = dec->base;
-    for (int nl = l + 1; nl < b->n_layers; nl++) {
+    for (int nl = l + 1; nl < b->layer1; nl++) { /* the next stage predicts its own */
         const ms_decoder_layer *N = &dec->layers[nl];
         if (!N->is_moe)
             continue;
@@ -215,13 +217,20 @@ int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, 
                     ms_layer_fn *layer, ms_prepare_fn *prepare, void *fam,
                     const ms_model_opts *opts, ms_err *err)
 {
-    int n_layers = dec->base->n_layers;
+    const ms_model *m = dec->base;
+    int n_layers = m->n_layers;
     char n[160];
     float *v;
+    /* a pipeline stage binds its own layers; the rest is described and
+     * checked (the skip mode), so every stage knows every layer's shape */
+    ms_binder_skip(b, !m->ends);
     snprintf(n, sizeof n, "%s.embed_tokens.weight", prefix);
     ms_bind_plain_linear(b, MS_ROLE_EMBED, n, dec->vocab, dec->d, MS_DTYPE_BF16, &dec->embed);
-    for (int l = 0; l < n_layers; l++)
+    for (int l = 0; l < n_layers; l++) {
+        ms_binder_skip(b, !ms_model_has_layer(m, l));
         layer(fam, b, l);
+    }
+    ms_binder_skip(b, !m->ends);
     snprintf(n, sizeof n, "%s.norm.weight", prefix);
     ms_bind_vector(b, MS_ROLE_DENSE, n, dec->d, &v);
     dec->final_norm = v;
@@ -234,9 +243,10 @@ int ms_decoder_bind(ms_decoder *dec, ms_binder *b, const char *prefix, int tie, 
         snprintf(n, sizeof n, "%s.layers.%lld.", prefix, (long long)(n_layers + i));
         ms_bind_ignore_prefix(b, n);
     }
+    ms_binder_skip(b, 0);
     if (opts->check_only || ms_bind_problems(b))
         return 0;
-    for (int l = 0; prepare && l < n_layers; l++)
+    for (int l = m->layer0; prepare && l < m->layer1; l++)
         if (prepare(fam, l, err))
             return -1;
     return ms_decoder_alloc_scratch(dec, err);
@@ -257,13 +267,16 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
     rows r;
     if (get_rows(dec, n, &r, err))
         return -1;
-    for (int64_t t = 0; t < n; t++)
-        ms_mat_row(&dec->embed, f->ids[t], r.x + t * d);
+    if (f->x_in)
+        memcpy(r.x, f->x_in, sizeof *r.x * (size_t)(n * d));
+    else
+        for (int64_t t = 0; t < n; t++)
+            ms_mat_row(&dec->embed, f->ids[t], r.x + t * d);
     /* layer-major: each layer runs over all n positions (attention a block
      * of max_batch at a time, in order, so a block sees the keys of the
      * blocks before it) before the next layer, so a layer's experts are
      * fetched once for the whole call */
-    for (int l = 0; l < b->n_layers; l++) {
+    for (int l = b->layer0; l < b->layer1 && !f->head_only; l++) {
         ms_decoder_layer *L = &dec->layers[l];
         t1 = ms_now();
         tm->other += t1 - t0;
@@ -274,7 +287,7 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
             if (!ms_all_finite(r.x, n * d))
                 return non_finite(l, err);
             if (f->on_layer)
-                f->on_layer(f->on_layer_ctx, l + 1, b->n_layers);
+                f->on_layer(f->on_layer_ctx, l + 1 - b->layer0, b->layer1 - b->layer0);
             continue;
         }
         for (int64_t b0 = 0; b0 < n; b0 += B) {
@@ -305,7 +318,12 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         tm->experts += t1 - t0;
         t0 = t1;
         if (f->on_layer)
-            f->on_layer(f->on_layer_ctx, l + 1, b->n_layers);
+            f->on_layer(f->on_layer_ctx, l + 1 - b->layer0, b->layer1 - b->layer0);
+    }
+    if (f->x_out) {
+        memcpy(f->x_out, r.x, sizeof *r.x * (size_t)(n * d));
+        tm->other += ms_now() - t0;
+        return 0;
     }
     head(dec, f, r.x);
     tm->head += ms_now() - t0;

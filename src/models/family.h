@@ -36,6 +36,7 @@ typedef struct ms_timers {
     double attn, experts, head, other;   /* seconds */
     double attn_kv;                      /* of attn: over the KV cache */
     int64_t kv_bytes;                    /* cache bytes attended (attend.h) */
+    double stages;                       /* pipeline: waiting for the other stages */
 } ms_timers;
 
 /* One forward call: n consecutive positions pos0..pos0+n-1 of one sequence
@@ -59,6 +60,14 @@ typedef struct ms_fwd {
     void (*on_layer)(void *ctx, int layers_done, int n_layers);
     void *on_layer_ctx;
     ms_timers *timers;
+    /* Pipeline stages (runtime/stage.c). x_in [n][d]: the residual entering
+     * this model's first layer, instead of embedding ids; x_out [n][d]:
+     * receives the residual after its last layer, and no head runs;
+     * head_only: x_in is the residual after the model's last layer, only
+     * the final norm and the lm_head run. */
+    const float *x_in;
+    float *x_out;
+    int head_only;
 } ms_fwd;
 
 /* The position and the layer-l cache of row t of a forward call. */
@@ -75,6 +84,11 @@ static inline ms_kv *ms_fwd_kv(const ms_fwd *f, int l, int64_t t)
 typedef struct ms_model_opts {
     int max_batch;            /* most positions per forward call */
     int check_only;           /* bind for inspection only: no buffers, no copies */
+    /* A pipeline stage: only layers [stage_first, stage_end) are bound and
+     * run (0, 0: all), and, with stage_no_ends, neither the embedding nor
+     * the final norm and lm_head; the other layers are described and
+     * checked, nothing more (ms_binder_skip). */
+    int stage_first, stage_end, stage_no_ends;
 } ms_model_opts;
 
 struct ms_family;
@@ -83,6 +97,8 @@ typedef struct ms_model {
     const struct ms_family *family;
     ms_arena arena;           /* resident small tensors and scratch */
     int n_layers;
+    int layer0, layer1;       /* the layers this model binds and runs (a pipeline stage) */
+    int ends;                 /* it also holds the embedding, final norm and lm_head */
     int64_t d_model, vocab, max_ctx;
     int max_batch;            /* most positions per attention block (the scratch) */
     /* Most positions per forward call: a family whose loop runs each layer
@@ -100,6 +116,12 @@ typedef struct ms_model {
     int prefetch_early;       /* ... and this many of them already before the MoE */
     int n_experts, n_experts_used;
 } ms_model;
+
+/* Whether layer l belongs to this model's stage. */
+static inline int ms_model_has_layer(const ms_model *m, int l)
+{
+    return l >= m->layer0 && l < m->layer1;
+}
 
 typedef struct ms_family {
     const char *model_type;

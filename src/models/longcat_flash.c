@@ -192,7 +192,7 @@ static int alloc_scratch(longcat *m, ms_err *err)
 {
     int64_t B = m->base.max_batch, d = m->d, E = m->n_experts + m->n_zero, K = m->top_k;
     int64_t work = ms_mlp_scratch(m->d_ff, B), moe = ms_moe_scratch(&m->layers[0].moe, B);
-    for (int l = 0; l < m->base.n_layers; l++) /* pads of W_UK^T depend on each kv_b's format */
+    for (int l = m->base.layer0; l < m->base.layer1; l++) /* pads of W_UK^T: each kv_b's format */
         for (int i = 0; i < 2; i++) {
             int64_t a = ms_mla_scratch(&m->layers[l].attn[i], B);
             work = a > work ? a : work;

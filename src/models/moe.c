@@ -204,7 +204,7 @@ int ms_moe_bind_mxfp4(ms_moe *m, ms_binder *b, ms_expert_store *st, const char *
     snprintf(bl, sizeof bl, "%s.down_proj_bias", prefix);
     ms_bind_matrix_f32(b, MS_ROLE_EXPERT, bl, E, d, &v);
     m->down_bias = v;
-    for (int64_t e = 0; ok && e < E; e++) { /* expert-major for the store */
+    for (int64_t e = 0; ok && !ms_bind_skipping(b) && e < E; e++) { /* expert-major */
         ms_mat two[2] = {mats[e], mats[E + e]};
         ms_span sp[4] = {spans[2 * e], spans[2 * e + 1], spans[2 * E + 2 * e],
                          spans[2 * E + 2 * e + 1]};
@@ -237,7 +237,8 @@ int ms_moe_bind_experts(ms_binder *b, ms_expert_store *st, int layer, const char
         ms_mlp ex = {.d_model = d_model, .d_ff = d_ff};
         ms_span sp[6];
         snprintf(n, sizeof n, "%s.%d", prefix, e);
-        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !ms_bind_collecting(b))
+        if (ms_mlp_bind(&ex, b, n, MS_ROLE_EXPERT, sp) == 0 && !ms_bind_collecting(b) &&
+            !ms_bind_skipping(b))
             ms_expert_store_set(st, layer, e, (ms_mat[3]){ex.gate, ex.up, ex.down}, sp);
     }
     return ms_bind_problems(b) - before;

@@ -113,7 +113,6 @@ static void layer(void *fam, ms_binder *b, int l)
     m->base.kv_plane[l] = a->head_dim;
 
     char p[64], n[128];
-    float *v;
     snprintf(p, sizeof p, "model.layers.%d", l);
     ms_decoder_bind_norms(L, b, p, m->d);
     snprintf(n, sizeof n, "%s.self_attn", p);

@@ -72,6 +72,15 @@ void *ms_model_create(const ms_model_spec *spec, const ms_model_opts *opts, ms_b
     m->max_span = m->max_batch;
     m->n_experts = spec->n_experts;
     m->n_experts_used = spec->n_used;
+    m->layer0 = opts->stage_first;
+    m->layer1 = opts->stage_end > 0 ? opts->stage_end : m->n_layers;
+    m->ends = !opts->stage_no_ends;
+    if (m->layer0 < 0 || m->layer1 > m->n_layers || m->layer0 >= m->layer1) {
+        ms_err_set(err, MS_E_ARG, "a pipeline stage of layers %d-%d: the model has layers "
+                   "0-%d", m->layer0, m->layer1 - 1, m->n_layers - 1);
+        ms_model_free(m);
+        return NULL;
+    }
     if (!opts->check_only)
         ms_binder_set_arena(b, &m->arena);
     return m;

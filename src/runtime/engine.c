@@ -14,7 +14,7 @@
 int64_t ms_kv_bytes_per_token(const ms_model *m, ms_kvfmt f)
 {
     int64_t b = 0;
-    for (int l = 0; l < m->n_layers; l++)
+    for (int l = m->layer0; l < m->layer1; l++)
         if (!m->kv_window[l])
             b += ms_kv_bytes_per_pos(f, m->kv_row[l], m->kv_group[l]);
     return b;
@@ -89,7 +89,7 @@ int ms_engine_read_special_ids(ms_engine *eng, ms_err *err)
 
 /* Binds the model; refuses it with the first problems when L0 fails. Keeps
  * the dense spans for pinning. */
-static int load_model(ms_engine *eng, ms_err *err)
+static int load_model(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
 {
     ms_binder b;
     if (ms_binder_init(&b, eng->ck, 0, err))
@@ -98,7 +98,8 @@ static int load_model(ms_engine *eng, ms_err *err)
         ms_binder_free(&b);
         return -1;
     }
-    ms_model_opts mo = {.max_batch = MS_MAX_BATCH};
+    ms_model_opts mo = {.max_batch = MS_MAX_BATCH, .stage_first = o->stage_first,
+                        .stage_end = o->stage_end, .stage_no_ends = o->stage_no_ends};
     int rc = eng->family->open(eng->ck, &b, &mo, &eng->model, err);
     if (rc == 0) {
         ms_bind_finish(&b);
@@ -332,6 +333,13 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
                           ms_pool_threads(), opts->n_threads);
     }
     eng->n_threads = ms_pool_threads();
+    if (opts->link) {
+        if (!opts->link->send || !opts->link->recv || opts->link->in_flight < 1) {
+            free(eng);
+            return ms_err_set(err, MS_E_ARG, "a stage link needs send, recv and in_flight >= 1");
+        }
+        eng->link = *opts->link;
+    }
     if (!opts->quiet) {
         eng->log = (ms_logger){opts->log, opts->log_user};
         eng->progress = opts->progress;
@@ -346,7 +354,7 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
     if (ms_chat_template_open(model_dir, opts->chat_template_file, NULL, &eng->chat_template,
                               err) ||
         ms_ckpt_open(model_dir, &eng->ck, err) ||
-        !(eng->family = ms_family_find(eng->ck, err)) || load_model(eng, err) ||
+        !(eng->family = ms_family_find(eng->ck, err)) || load_model(eng, opts, err) ||
         ms_engine_read_special_ids(eng, err)) {
         ms_engine_close(eng);
         return -1;
@@ -422,4 +430,25 @@ const char *ms_engine_placement(const ms_engine *eng)
 int ms_engine_threads(const ms_engine *eng)
 {
     return eng->n_threads;
+}
+
+void ms_engine_stats(const ms_engine *eng, ms_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const ms_expert_store *st = eng->model->experts;
+    if (!st)
+        return;
+    ms_expert_stats e;
+    ms_expert_store_stats(st, &e);
+    out->expert_requests = e.requests;
+    out->expert_hits = e.hits;
+    out->expert_prefetch_hits = e.prefetch_hits;
+    out->expert_misses = e.misses;
+    out->bytes_read = e.bytes_read;
+    out->prefetch_bytes = e.prefetch_bytes;
+    out->prefetch_predicted = e.prefetch_predicted;
+    out->prefetch_correct = e.prefetch_correct;
+    out->prefetch_issued = e.prefetch_issued;
+    out->prefetch_wasted_bytes = e.prefetch_wasted_bytes;
+    out->t_io_wait = e.t_wait;
 }

@@ -48,13 +48,21 @@ struct ms_engine {
     ms_logger log;           /* the caller's notices function (none when quiet) */
     ms_progress_fn progress; /* the caller's progress function, or NULL */
     void *progress_user;
+    ms_stage_link link;      /* the stages after this one (link.send NULL: none) */
+    uint64_t next_sid;       /* ms_session_id of the next session opened */
 };
+
+/* A forward call of sessions ss (one, or f->n_seq of a batched step) over
+ * the whole model: the family's forward, or, when the engine is the first
+ * of a pipeline, its layers, the other stages through the link (in
+ * micro-batches) and the head (runtime/stage.c). */
+int ms_stage_forward(ms_engine *eng, const ms_fwd *f, ms_session *const *ss, ms_err *err);
 
 /* The engine behind a session (the session struct is private to session.c). */
 const ms_engine *ms_session_engine(const ms_session *s);
 
 /* KV cache bytes per position of the full-attention layers in format f
- * (sliding-window layers keep a fixed ring). */
+ * (sliding-window layers keep a fixed ring), of the model's stage. */
 int64_t ms_kv_bytes_per_token(const ms_model *m, ms_kvfmt f);
 
 /* Reads the stop/bos ids from generation_config.json (else config.json). */

@@ -23,6 +23,10 @@ static int alloc_kv(ms_session *s, ms_err *err)
         if (w && w + MS_REWIND_SLACK + m->max_batch < cap)
             cap = w + MS_REWIND_SLACK + m->max_batch;
         cap = (cap + MS_ATTN_CHUNK - 1) / MS_ATTN_CHUNK * MS_ATTN_CHUNK;
+        if (!ms_model_has_layer(m, l)) { /* another stage's: its ring size only (rewinds) */
+            s->kv[l] = (ms_kv){.fmt = s->kv_fmt, .cap = cap};
+            continue;
+        }
         if (ms_kv_alloc(&s->kv[l], s->kv_fmt, cap, m->kv_row[l], m->kv_plane[l], m->kv_group[l],
                         err))
             return -1;
@@ -40,6 +44,7 @@ int ms_session_open(ms_engine *eng, const ms_session_opts *opts, ms_session **ou
     if (!s)
         return -1;
     s->eng = eng;
+    s->sid = __atomic_add_fetch(&eng->next_sid, 1, __ATOMIC_RELAXED);
     s->ctx = opts->ctx > 0 ? opts->ctx : eng->default_ctx;
     if (s->ctx < 1) {
         int64_t ctx = s->ctx;
@@ -66,6 +71,8 @@ void ms_session_close(ms_session *s)
 {
     if (!s)
         return;
+    if (s->eng->link.closed)
+        s->eng->link.closed(s->eng->link.user, s->sid);
     if (s->kv)
         for (int l = 0; l < s->eng->model->n_layers; l++)
             ms_kv_free(&s->kv[l]);
@@ -81,8 +88,14 @@ int64_t ms_session_bytes(const ms_session *s)
 {
     int64_t b = s->scratch.n * 4 + s->eng->model->vocab * 4 + s->ctx * 4;
     for (int l = 0; l < s->eng->model->n_layers; l++)
-        b += s->kv[l].cap * ms_kv_bytes_per_pos(s->kv_fmt, s->kv[l].row, s->kv[l].group);
+        if (s->kv[l].data)
+            b += s->kv[l].cap * ms_kv_bytes_per_pos(s->kv_fmt, s->kv[l].row, s->kv[l].group);
     return b;
+}
+
+uint64_t ms_session_id(const ms_session *s)
+{
+    return s->sid;
 }
 
 const ms_engine *ms_session_engine(const ms_session *s)
@@ -206,7 +219,7 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
             .logits_all = logits != NULL,
             .on_layer = report ? report_layer : NULL, .on_layer_ctx = &pp,
         };
-        if (s->eng->family->forward(m, &f, err) ||
+        if (ms_stage_forward(s->eng, &f, &s, err) ||
             check_logits(f.logits, f.logits_all ? nb : f.logits ? 1 : 0, m->vocab, 0, err))
             return -1;
         memcpy(s->hist + s->pos, ids + off, sizeof *ids * (size_t)nb);
@@ -263,7 +276,7 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
                     .kvs = kvs, .pos0 = ss[0]->pos, .kv = ss[0]->kv, .scratch = &ss[0]->scratch,
                     .trace = ss[0]->trace, .timers = &ss[0]->timers,
                     .logits = logits, .logits_all = 1};
-        rc = eng->family->forward(m, &f, err) || check_logits(logits, n, m->vocab, 1, err)
+        rc = ms_stage_forward(ss[0]->eng, &f, ss, err) || check_logits(logits, n, m->vocab, 1, err)
                  ? -1 : 0;
         double dt = ms_now() - t0;
         for (int i = 0; rc == 0 && i < n; i++) {
@@ -288,6 +301,9 @@ int ms_session_fill_synthetic(ms_session *s, int64_t n, uint64_t seed, ms_error 
         return ms_err_set(err, MS_E_CONTEXT_FULL, "CONTEXT_FULL: %lld positions in use + %lld "
                           "synthetic ones exceed the context of %lld tokens", (long long)s->pos,
                           (long long)n, (long long)s->ctx);
+    if (s->eng->link.send)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "synthetic context is not available with "
+                          "pipeline stages: the other stages' caches would stay empty");
     const ms_model *m = s->eng->model;
     int64_t most = 0;
     for (int l = 0; l < m->n_layers; l++)
@@ -296,7 +312,7 @@ int ms_session_fill_synthetic(ms_session *s, int64_t n, uint64_t seed, ms_error 
     if (!row)
         return -1;
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int l = 0; l < m->n_layers; l++) {
+    for (int l = m->layer0; l < m->layer1; l++) {
         ms_kv *kv = &s->kv[l];
         int64_t first = s->pos + n - kv->cap > s->pos ? s->pos + n - kv->cap : s->pos;
         for (int64_t p = first; p < s->pos + n; p++) {
@@ -321,29 +337,28 @@ const float *ms_session_logits(const ms_session *s)
 
 void ms_session_stats(const ms_session *s, ms_stats *out)
 {
-    *out = s->stats;
-    out->t_attn = s->timers.attn;
-    out->t_experts = s->timers.experts;
-    out->t_head = s->timers.head;
-    out->t_other = s->timers.other;
-    out->t_attn_kv = s->timers.attn_kv;
-    out->kv_bytes_read = s->timers.kv_bytes;
-    const ms_expert_store *st = s->eng->model->experts;
-    if (st) {
-        ms_expert_stats e;
-        ms_expert_store_stats(st, &e);
-        out->expert_requests = e.requests;
-        out->expert_hits = e.hits;
-        out->expert_prefetch_hits = e.prefetch_hits;
-        out->expert_misses = e.misses;
-        out->bytes_read = e.bytes_read;
-        out->prefetch_bytes = e.prefetch_bytes;
-        out->prefetch_predicted = e.prefetch_predicted;
-        out->prefetch_correct = e.prefetch_correct;
-        out->prefetch_issued = e.prefetch_issued;
-        out->prefetch_wasted_bytes = e.prefetch_wasted_bytes;
-        out->t_io_wait = e.t_wait;
-    }
+    ms_engine_stats(s->eng, out);
+    ms_stats own = s->stats;
+    own.t_attn = s->timers.attn;
+    own.t_experts = s->timers.experts;
+    own.t_head = s->timers.head;
+    own.t_other = s->timers.other;
+    own.t_attn_kv = s->timers.attn_kv;
+    own.kv_bytes_read = s->timers.kv_bytes;
+    own.t_stages = s->timers.stages;
+    /* the expert store's counters are the engine's */
+    own.expert_requests = out->expert_requests;
+    own.expert_hits = out->expert_hits;
+    own.expert_prefetch_hits = out->expert_prefetch_hits;
+    own.expert_misses = out->expert_misses;
+    own.bytes_read = out->bytes_read;
+    own.prefetch_bytes = out->prefetch_bytes;
+    own.prefetch_predicted = out->prefetch_predicted;
+    own.prefetch_correct = out->prefetch_correct;
+    own.prefetch_issued = out->prefetch_issued;
+    own.prefetch_wasted_bytes = out->prefetch_wasted_bytes;
+    own.t_io_wait = out->t_io_wait;
+    *out = own;
 }
 
 int64_t ms_session_shared(const ms_session *s, const int32_t *ids, int64_t n)

@@ -19,6 +19,7 @@ struct ms_session {
     ms_stats stats;
     ms_trace *trace;
     int32_t *hist;         /* [ctx]: the token at each cached position */
+    uint64_t sid;          /* ms_session_id */
 };
 
 #endif

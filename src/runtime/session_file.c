@@ -134,6 +134,10 @@ static int get_layer(io *o, ms_kv *kv, int64_t pos, int l, ms_err *err)
 int ms_session_save(const ms_session *s, const char *path, ms_error *err)
 {
     const ms_model *m = s->eng->model;
+    if (s->eng->link.send || !m->ends || m->layer0 || m->layer1 < m->n_layers)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "%s: a session's cache in a file is not "
+                          "available with pipeline stages (the other stages hold their "
+                          "layers' caches)", path);
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return ms_err_set(err, MS_E_ARG, "%s: path too long", path);
@@ -215,6 +219,10 @@ int ms_session_file_ids(const char *path, const ms_engine *eng, int32_t **ids, i
 int ms_session_load(ms_session *s, const char *path, ms_error *err)
 {
     const ms_model *m = s->eng->model;
+    if (s->eng->link.send || !m->ends || m->layer0 || m->layer1 < m->n_layers)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "%s: a session's cache in a file is not "
+                          "available with pipeline stages (the other stages hold their "
+                          "layers' caches)", path);
     io o;
     header h;
     int rc = open_file(path, s->eng, s, &o, &h, err);

@@ -160,6 +160,8 @@ static void mark_used(ms_binder *b, ms_role role, const ms_tensor_info *t)
         return;
     b->used[i] = 1;
     b->n_used++;
+    if (b->skip)
+        return;
     b->bytes[role] += t->nbytes;
     if (role == MS_ROLE_DENSE) {
         if (b->n_dense == b->cap_dense) {
@@ -326,7 +328,7 @@ static int bind_floats(ms_binder *b, ms_role role, const char *name, int n_dims,
     const ms_tensor_info *t = ms_bind_tensor(b, role, name, MS_DT_FLOAT, n_dims, shape);
     if (!t)
         return -1;
-    if (b->check_only || !b->arena)
+    if (b->check_only || b->skip || !b->arena)
         return 0;
     int64_t n = ms_tensor_numel(t);
     ms_err err;
@@ -419,6 +421,16 @@ static void finish_one(const ms_tensor_info *t, void *ctx)
 void ms_bind_finish(ms_binder *b)
 {
     ms_ckpt_foreach(b->ck, finish_one, b);
+}
+
+void ms_binder_skip(ms_binder *b, int on)
+{
+    b->skip = on;
+}
+
+int ms_bind_skipping(const ms_binder *b)
+{
+    return b->skip;
 }
 
 int ms_bind_problems(const ms_binder *b)

@@ -60,6 +60,7 @@ typedef struct ms_binder {
     ms_arena *arena;        /* receives widened vectors; set by the family once its
                              * model exists; unused in check-only mode */
     int check_only;
+    int skip;               /* tensors of another pipeline stage: checked, not bound */
     int32_t fp8_block[2];   /* weight_block_size for F8_E4M3 weights */
 
     /* results */
@@ -143,6 +144,13 @@ void ms_bind_ignore_prefix(ms_binder *b, const char *prefix);
 int ms_bind_problems(const ms_binder *b);
 int ms_bind_collecting(const ms_binder *b);
 void ms_binder_set_arena(ms_binder *b, ms_arena *arena);
+
+/* Skip mode, for the layers of other pipeline stages: requests are checked
+ * (L0 holds for the whole checkpoint on every stage) and marked used, but
+ * nothing is copied, counted as resident or pinned, and families register
+ * no experts (ms_bind_skipping). */
+void ms_binder_skip(ms_binder *b, int on);
+int ms_bind_skipping(const ms_binder *b);
 
 /* Records every tensor neither used nor ignored as "unexpected". Call once,
  * after the family bound everything. */
