@@ -32,7 +32,7 @@ BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
 LIB      := $(BUILD)/libmoestream.a
 BIN      ?= moestream
 
-.PHONY: all test tests bench asan check demo man install clean
+.PHONY: all test tests bench asan check demo man install clean mpi
 all: $(BIN)
 
 $(BUILD)/src/kernels/x86_avx2.o: CFLAGS += $(AVX2_FLAGS)
@@ -66,6 +66,23 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(APP_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The MPI-enabled binary (--pipeline): the default binary's objects with
+# pipeline_mpi.c compiled by mpicc with -DMS_MPI; the default binary does
+# not link MPI.
+# Built with the tests where mpicc is present (not under the sanitizers:
+# Open MPI's own allocations are not ours to chase).
+MPICC   := $(shell command -v mpicc 2>/dev/null)
+MPI_BIN := $(if $(MPICC),$(if $(SAN),,$(BUILD)/moestream-mpi))
+mpi: $(BUILD)/moestream-mpi
+
+$(BUILD)/mpi/app/pipeline_mpi.o: app/pipeline_mpi.c
+	@mkdir -p $(dir $@)
+	mpicc $(CFLAGS) -DMS_MPI -MMD -MP -c $< -o $@
+
+$(BUILD)/moestream-mpi: $(filter-out $(BUILD)/app/pipeline_mpi.o,$(APP_OBJ)) \
+                        $(BUILD)/mpi/app/pipeline_mpi.o $(LIB)
+	mpicc $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -Iapp -o $@ $< $(filter %.o,$^) $(LIB) $(LDFLAGS) $(LDLIBS)
@@ -77,7 +94,7 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
-tests: $(TEST_BIN) $(BIN)
+tests: $(TEST_BIN) $(BIN) $(MPI_BIN)
 bench: $(BENCH_BIN) $(BIN)
 
 test: tests

@@ -12,6 +12,7 @@
 #include <sys/sysmacros.h>
 
 #include "cli.h"
+#include "pipeline.h"
 
 static void row(const char *what, const char *value)
 {
@@ -120,7 +121,7 @@ int cmd_bench(int argc, char **argv)
     ms_session *s = NULL;
     int32_t *ids = NULL;
     rc = 1;
-    if (ms_engine_open(o.model, &eo, &eng, &err))
+    if (pipeline_open(&o, &eo, &err) || ms_engine_open(o.model, &eo, &eng, &err))
         goto out;
     const ms_model_info *info = ms_engine_info(eng);
     ms_session_opts so = {.ctx = o.ctx};

@@ -43,7 +43,9 @@ typedef struct cli_args {
         *template_name, *family, *format;
     int thinking, json_any, no_generation_prompt, opens_reasoning, partial;
     /* model and placement */
-    int placement, precision, kv, no_prefetch, buffered, no_reuse;
+    int placement, precision, kv, no_prefetch, buffered, no_reuse, pipeline;
+    const char *stages;
+    int64_t micro_batches, stage_timeout;
     int64_t ram, io_threads, cache_slots, reads, span, early, threads;
     /* context and sampling */
     int64_t n_predict, ctx, feed, top_k, seed;

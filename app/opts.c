@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline.h"
 
 ms_engine_opts cli_engine_opts(const cli_args *a)
 {
@@ -24,7 +25,8 @@ int cli_open(const cli_args *a, ms_engine **eng, ms_session **s, ms_error *err)
 {
     ms_engine_opts eo = cli_engine_opts(a);
     ms_session_opts so = {.ctx = a->ctx, .dump_dir = a->dump};
-    if (ms_engine_open(a->model, &eo, eng, err) || ms_session_open(*eng, &so, s, err))
+    if (pipeline_open(a, &eo, err) || ms_engine_open(a->model, &eo, eng, err) ||
+        ms_session_open(*eng, &so, s, err))
         return -1;
     return 0;
 }
@@ -82,5 +84,8 @@ void cli_print_stats(const ms_session *s)
                     (long long)st.prefetch_correct, (long long)st.prefetch_predicted,
                     (long long)st.prefetch_issued, st.prefetch_wasted_bytes / 1e6);
     }
+    if (st.t_stages > 0) /* the expert figures above are this stage's (rank 0) */
+        fprintf(stderr, "pipeline: stage 0 waited %.3f s for the other stages\n", st.t_stages);
+    pipeline_print_stats();
 }
 

@@ -283,6 +283,10 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
                           "available (cgroup limit and MemAvailable): lower --ram",
                           (double)o->ram / 1e9, (double)resident / 1e9, (double)kv / 1e9,
                           (double)avail / 1e9);
+    if (m->experts && !ms_expert_total_bytes(m->experts)) {
+        ms_expert_store_close(m->experts); /* a pipeline stage of dense layers only */
+        m->experts = NULL;
+    }
     if (!m->experts)
         return 0;
     uint64_t experts = ms_expert_total_bytes(m->experts);

@@ -1,0 +1,20 @@
+/* --pipeline: the model's layers split into stages over the ranks of an MPI
+ * job (app/pipeline_mpi.c; the library only knows ms_stage_link). Rank 0
+ * runs the command; the other ranks serve their stage and never return. */
+#ifndef MS_APP_PIPELINE_H
+#define MS_APP_PIPELINE_H
+
+#include "moestream.h"
+#include "options.h"
+
+/* Without --pipeline: nothing. With it: joins the MPI job, splits the
+ * layers (--stages, else balanced by bytes), and on rank 0 sets eo's stage
+ * and link once every other rank has opened its stage (an error names the
+ * rank); on the other ranks serves the stage until rank 0 ends, then
+ * exits. Refused by a binary built without MPI. */
+int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err);
+/* Rank 0, --stats: one line per stage (layers, computing, waiting, bytes
+ * read, hit rate). */
+void pipeline_print_stats(void);
+
+#endif
