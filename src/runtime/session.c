@@ -301,7 +301,7 @@ int ms_session_fill_synthetic(ms_session *s, int64_t n, uint64_t seed, ms_error 
         return ms_err_set(err, MS_E_CONTEXT_FULL, "CONTEXT_FULL: %lld positions in use + %lld "
                           "synthetic ones exceed the context of %lld tokens", (long long)s->pos,
                           (long long)n, (long long)s->ctx);
-    if (s->eng->link.send)
+    if (n > 0 && s->eng->link.send)
         return ms_err_set(err, MS_E_UNSUPPORTED, "synthetic context is not available with "
                           "pipeline stages: the other stages' caches would stay empty");
     const ms_model *m = s->eng->model;
