@@ -40,6 +40,7 @@ static int pl_err(ms_error *err, int code, const char *fmt, ...)
 #include <time.h>
 
 #define MAX_RANKS 64
+#define MAX_STEP_SESSIONS 256 /* sessions of one batched step (MS_MAX_BATCH) */
 enum { TAG_DATA = 1, TAG_CTRL, TAG_ERR, TAG_OPEN, TAG_STATS };
 enum { OP_CLOSE = 1, OP_STATS, OP_STOP };
 
@@ -405,8 +406,8 @@ static void serve_stage(const char *model, ms_engine_opts eo)
         } else if (tag == TAG_DATA && ok) {
             ms_stage_rows r;
             float *x;
-            ms_session *sess[MAX_RANKS * 8 > 256 ? MAX_RANKS * 8 : 256];
-            int bad = unpack(b, len, &r, &x) || r.n_seq > 256;
+            ms_session *sess[MAX_STEP_SESSIONS];
+            int bad = unpack(b, len, &r, &x) || r.n_seq > MAX_STEP_SESSIONS;
             for (int i = 0; !bad && i < r.n_seq; i++)
                 bad = !(sess[i] = session_for(eng, &tab, &n_tab, r.sid[i], r.ctx[i],
                                               r.kv_format[i], &err));

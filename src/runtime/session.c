@@ -337,28 +337,18 @@ const float *ms_session_logits(const ms_session *s)
 
 void ms_session_stats(const ms_session *s, ms_stats *out)
 {
-    ms_engine_stats(s->eng, out);
-    ms_stats own = s->stats;
-    own.t_attn = s->timers.attn;
-    own.t_experts = s->timers.experts;
-    own.t_head = s->timers.head;
-    own.t_other = s->timers.other;
-    own.t_attn_kv = s->timers.attn_kv;
-    own.kv_bytes_read = s->timers.kv_bytes;
-    own.t_stages = s->timers.stages;
-    /* the expert store's counters are the engine's */
-    own.expert_requests = out->expert_requests;
-    own.expert_hits = out->expert_hits;
-    own.expert_prefetch_hits = out->expert_prefetch_hits;
-    own.expert_misses = out->expert_misses;
-    own.bytes_read = out->bytes_read;
-    own.prefetch_bytes = out->prefetch_bytes;
-    own.prefetch_predicted = out->prefetch_predicted;
-    own.prefetch_correct = out->prefetch_correct;
-    own.prefetch_issued = out->prefetch_issued;
-    own.prefetch_wasted_bytes = out->prefetch_wasted_bytes;
-    own.t_io_wait = out->t_io_wait;
-    *out = own;
+    ms_engine_stats(s->eng, out); /* the expert store's counters are the engine's */
+    out->n_prefill_tokens = s->stats.n_prefill_tokens;
+    out->n_decode_tokens = s->stats.n_decode_tokens;
+    out->t_prefill = s->stats.t_prefill;
+    out->t_decode = s->stats.t_decode;
+    out->t_attn = s->timers.attn;
+    out->t_experts = s->timers.experts;
+    out->t_head = s->timers.head;
+    out->t_other = s->timers.other;
+    out->t_attn_kv = s->timers.attn_kv;
+    out->kv_bytes_read = s->timers.kv_bytes;
+    out->t_stages = s->timers.stages;
 }
 
 int64_t ms_session_shared(const ms_session *s, const int32_t *ids, int64_t n)
