@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline.h"
 #include "serve.h"
 
 /* ---- the command ------------------------------------------------------------------------ */
@@ -89,6 +90,20 @@ int cmd_serve(int argc, char **argv)
         static char base[256];
         snprintf(base, sizeof base, "%.*s", (int)(s - b), b);
         name = *base ? base : o.model;
+    }
+
+    if (o.pipeline && o.prompt_cache_disk > 0) {
+        fprintf(stderr, "moestream: --prompt-cache-disk is not available with --pipeline: "
+                "each stage holds its own layers' part of a conversation's cache\n");
+        return 2;
+    }
+    if (pipeline_rank(&o) > 0) { /* another stage of the pipeline: no HTTP here */
+        ms_engine *eng = NULL;
+        ms_session *s = NULL;
+        ms_error err = {0};
+        cli_open(&o, &eng, &s, &err); /* serves the stage, then exits */
+        fprintf(stderr, "moestream: %s\n", err.msg);
+        return 1;
     }
 
     /* Signals are taken by sigwait() below: block them before any thread starts. */

@@ -13,6 +13,10 @@
  * rank); on the other ranks serves the stage until rank 0 ends, then
  * exits. Refused by a binary built without MPI. */
 int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err);
+/* With --pipeline in the MPI build: joins the job (once) and returns this
+ * process's rank, 0 being the front end; otherwise 0. A command whose rank 0
+ * does more than compute (serve listens) asks first. */
+int pipeline_rank(const cli_args *a);
 /* Rank 0, --stats: one line per stage (layers, computing, waiting, bytes
  * read, hit rate). */
 void pipeline_print_stats(void);

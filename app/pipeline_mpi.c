@@ -37,6 +37,7 @@ static int pl_err(ms_error *err, int code, const char *fmt, ...)
 #ifdef MS_MPI
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 
 #define MAX_RANKS 64
@@ -65,6 +66,7 @@ static struct {
     MPI_Request send_req[64];
     void *send_buf[64];
     int n_send;
+    int joined; /* 1: MPI_Init done, -1: it failed */
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static double now(void)
@@ -369,6 +371,14 @@ static void serve_stage(const char *model, ms_engine_opts eo)
     eo.link = NULL;
     eo.log = NULL; /* rank 0 speaks for the job */
     eo.progress = NULL;
+    /* Ctrl-C and SIGTERM are rank 0's to act on (chat cuts a reply short,
+     * serve stops cleanly); this rank ends when rank 0 tells it, or when
+     * mpirun ends the job */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     int ok = ms_engine_open(model, &eo, &eng, &err) == 0;
     if (!ok)
         report("cannot open its stage", &err); /* then waits for rank 0's stop */
@@ -508,22 +518,40 @@ static int balance(const int64_t *lb, int L, int64_t ends, ms_error *err)
     return 0;
 }
 
+/* Joins the MPI job, once. */
+static int join(ms_error *err)
+{
+    if (P.joined)
+        return P.joined > 0 ? 0 : pl_err(err, MS_E_IO, "--pipeline: MPI_Init failed");
+    int provided = 0;
+    P.joined = -1;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return pl_err(err, MS_E_IO, "--pipeline: MPI_Init failed (run under mpirun)");
+    P.joined = 1;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &P.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &P.size);
+    if (provided < MPI_THREAD_SERIALIZED && P.rank == 0)
+        fprintf(stderr, "moestream: MPI gives thread level %d, not SERIALIZED: serve may "
+                "misbehave\n", provided);
+    return 0;
+}
+
+int pipeline_rank(const cli_args *a)
+{
+    ms_error e;
+    return a->pipeline && join(&e) == 0 ? P.rank : 0;
+}
+
 int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err)
 {
     if (!a->pipeline)
         return 0;
-    int provided = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-        return pl_err(err, MS_E_IO, "--pipeline: MPI_Init failed (run under mpirun)");
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &P.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &P.size);
+    if (join(err))
+        return -1;
     P.timeout = (double)a->stage_timeout;
     if (P.size > MAX_RANKS)
         return pl_err(err, MS_E_ARG, "--pipeline: %d ranks, at most %d", P.size, MAX_RANKS);
-    if (provided < MPI_THREAD_SERIALIZED && P.rank == 0)
-        fprintf(stderr, "moestream: MPI gives thread level %d, not SERIALIZED: serve may "
-                "misbehave\n", provided);
     int64_t *lb = NULL, ends = 0;
     int L = 0;
     if (P.rank == 0 && ms_layer_bytes(a->model, &lb, &L, &ends, err)) {
@@ -582,6 +610,12 @@ int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err)
 }
 
 #else /* the default binary: no MPI */
+
+int pipeline_rank(const cli_args *a)
+{
+    (void)a;
+    return 0;
+}
 
 int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err)
 {

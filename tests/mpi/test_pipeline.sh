@@ -5,8 +5,9 @@
 # cache and with an expert cache of a few slots per rank (forced eviction:
 # what a memory limit per rank makes the engine do); explicit --stages; a
 # bad --stages and a rank that cannot open its stage stop the job with the
-# rank named, never a hang. Skipped, saying so, where there is no MPI build
-# (no mpicc, or the sanitizer run).
+# rank named, never a hang; every rank under its own memory limit (a
+# cgroup each, shared/tools/memlimit). Skipped, saying so, where there is
+# no MPI build (no mpicc, or the sanitizer run).
 cd "$(dirname "$0")/../.." && . tests/init.sh pipeline
 MPI=${MS_BUILD:-build}/moestream-mpi
 FIX=${MOESTREAM_FIXTURES:-../shared/fixtures}
@@ -16,16 +17,17 @@ if [ ! -x "$MPI" ] || ! command -v mpirun >/dev/null; then
 fi
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 mrun() { local np=$1; shift; timeout 120 mpirun --oversubscribe --allow-run-as-root -np "$np" "$@"; }
+PRE=() # what each rank runs under (memlimit)
 
 # same NAME DIR NP [OPTS...]: logits and 8 greedy ids of NP ranks == one process
 same() {
   local name=$1 dir=$2 np=$3 out
   shift 3
-  if ! out=$(mrun "$np" "$MPI" logits "$dir" --prompt-ids "$W/p.ids" --out "$W/$name.f32" \
+  if ! out=$(mrun "$np" "${PRE[@]}" "$MPI" logits "$dir" --prompt-ids "$W/p.ids" --out "$W/$name.f32" \
              --pipeline --threads 1 "$@" 2>&1); then
     fail "$name" "logits: $(printf '%s' "$out" | tail -3 | tr '\n' ' ')"; return
   fi
-  mrun "$np" "$MPI" run "$dir" --prompt-ids "$W/p.ids" -n 8 --temp 0 --ids --ignore-eos \
+  mrun "$np" "${PRE[@]}" "$MPI" run "$dir" --prompt-ids "$W/p.ids" -n 8 --temp 0 --ids --ignore-eos \
     --pipeline --threads 1 "$@" >"$W/$name.ids" 2>"$W/err"
   if cmp -s "$W/$name.f32" "$W/ref.f32" && [ -s "$W/ref.ids" ] &&
      [ "$(xargs <"$W/$name.ids")" = "$(xargs <"$W/ref.ids")" ]; then
@@ -68,6 +70,28 @@ awk -v v="$V" 'BEGIN { for (i = 0; i < 24; i++) printf "%d ", (i * 37 + 11) % (v
 "$BIN" logits "$dir" --prompt-ids "$W/p.ids" --out "$W/ref.f32" 2>/dev/null
 "$BIN" run "$dir" --prompt-ids "$W/p.ids" -n 8 --temp 0 --ids --ignore-eos >"$W/ref.ids" 2>/dev/null
 same stages_explicit "$dir" 2 --stages 0-2,3-3
+# every rank under its own memory limit (a cgroup each): the expert cache
+# sized from it, the same bits; a limit too small for rank 1's stage is
+# refused with the numbers, the rank named
+ML=""
+for m in ../shared/tools/memlimit /work/shared/tools/memlimit; do [ -x "$m" ] && { ML=$m; break; }; done
+if [ -n "$ML" ] && "$ML" 64M -- true >/dev/null 2>&1; then
+  PRE=("$ML" 64M --)
+  same memlimit_2ranks "$dir" 2 --experts cache --kv f32 --ctx 512
+  same memlimit_3ranks "$dir" 3 --experts cache --kv f32 --ctx 512
+  PRE=()
+  out=$(timeout 120 mpirun --oversubscribe --allow-run-as-root -np 1 "$MPI" logits "$dir" --prompt-ids "$W/p.ids" \
+        --out "$W/x.f32" --pipeline : -np 1 "$ML" 40M -- "$MPI" logits "$dir" --prompt-ids "$W/p.ids" \
+        --out "$W/x.f32" --pipeline 2>&1); rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+     printf '%s' "$out" | grep -q "rank 1: stage 1 (layers [0-9]*-3): cannot open its stage: [0-9]* MB available .* needs at least [0-9]* MB"; then
+    pass memlimit_too_small_on_rank1_named
+  else
+    fail memlimit_too_small_on_rank1_named "rc=$rc: $(printf '%s' "$out" | tail -3 | tr '\n' ' ')"
+  fi
+else
+  echo "SKIP pipeline_memlimit_cases: no usable shared/tools/memlimit here (it needs the repository's ../shared and cgroups)"
+fi
 out=$(mrun 2 "$MPI" logits "$dir" --prompt-ids "$W/p.ids" --out "$W/x.f32" --pipeline --stages 0-1,3-3 2>&1); rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "range 3-3: expected one starting at layer 2"; then
   pass stages_gap_refused

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# serve --pipeline over MPI, end to end: `mpirun -np 2 moestream-mpi serve
+# --pipeline --parallel 2` answers the same concurrent completions and chat
+# requests (greedy) with the same text as the one-process server, its
+# decode steps batched across slots (micro-batches in flight); a disk prompt
+# cache is refused with the reason; SIGTERM to mpirun stops every rank. A
+# tiny gpt_oss over the released o200k tokenizer. Skipped, saying so, where
+# there is no MPI build.
+cd "$(dirname "$0")/../.." && . tests/init.sh pipeline_serve
+MPI=${MS_BUILD:-build}/moestream-mpi
+if [ ! -x "$MPI" ] || ! command -v mpirun >/dev/null; then
+  echo "SKIP pipeline_serve: no $MPI or mpirun (mpicc absent, or a sanitizer build): not tested here"
+  exit 0
+fi
+. tests/server/lib.sh
+trap 'kill_servers' EXIT
+export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+M=$W/model
+text_model "$M"
+# start_server runs "$BIN" serve ...: for the pipeline, a launcher in its place
+printf '#!/bin/sh\nexec mpirun --oversubscribe --allow-run-as-root -np 2 %s "$@" --pipeline\n' \
+  "$(readlink -f "$MPI")" >"$W/mpi2"
+chmod +x "$W/mpi2"
+
+start_server one "$M" --parallel 2 --threads 1 || exit 1
+BIN=$W/mpi2 start_server two "$M" --parallel 2 --threads 1 --stats || exit 1
+grep -q "pipeline of 2 stages (layers 0-[0-9]*, [0-9]*-2)" "$W/two.log" &&
+  pass pipeline_serve_starts || fail pipeline_serve_starts "$(head -5 "$W/two.log")"
+
+# ask URL NAME: four requests at once (three completions, one streamed chat)
+ask() {
+  local url=$1 name=$2 i
+  for i in 0 1 2; do
+    curl -s -m 120 "$url/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"prompt\": \"Story $i: once upon a time\", \"max_tokens\": $((10 + 3 * i)), \"temperature\": 0}" \
+      >"$W/$name.c$i" &
+  done
+  curl -s -N -m 120 "$url/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 14, "temperature": 0, "stream": true}' \
+    >"$W/$name.chat" &
+  wait $(jobs -p | grep -v "^${one_pid:-x}$" | grep -v "^${two_pid:-x}$") 2>/dev/null
+}
+texts() { # NAME: the completions' texts and the chat's streamed content, one per line
+  local name=$1 i
+  for i in 0 1 2; do
+    $PY -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["choices"][0]["text"]))' "$W/$name.c$i" ||
+      echo "no text in $name.c$i"
+  done
+  $PY - "$W/$name.chat" <<'P'
+import json, sys
+out = []
+for line in open(sys.argv[1]):
+    if line.startswith("data: ") and line.strip() != "data: [DONE]":
+        d = json.loads(line[6:])["choices"][0]["delta"]
+        out.append(d.get("content") or "")
+print(json.dumps("".join(out)))
+P
+}
+for round in 1 2; do
+  ask "$one_url" one
+  ask "$two_url" two
+  texts one >"$W/one.txt" 2>&1
+  texts two >"$W/two.txt" 2>&1
+  if [ "$(wc -l <"$W/one.txt")" -eq 4 ] && ! grep -q '^""$\|no text' "$W/one.txt" &&
+     cmp -s "$W/one.txt" "$W/two.txt"; then
+    pass "pipeline_serve_same_answers_round$round"
+  else
+    fail "pipeline_serve_same_answers_round$round" "$(diff "$W/one.txt" "$W/two.txt" | head -6 | tr '\n' ' ')"
+  fi
+done
+curl -s -m 10 "$two_url/metrics" >"$W/two.metrics"
+mean=$(sed -n 's/^moestream_decode_rows_total \([0-9.e+]*\)$/\1/p' "$W/two.metrics")
+steps=$(sed -n 's/^moestream_decode_steps_total \([0-9.e+]*\)$/\1/p' "$W/two.metrics")
+if [ -n "$mean" ] && [ -n "$steps" ] && $PY -c "import sys; sys.exit(not float('$mean') > float('$steps'))"; then
+  pass "pipeline_serve_decode_batched ($mean rows in $steps steps)"
+else
+  fail pipeline_serve_decode_batched "rows ${mean:-?}, steps ${steps:-?}"
+fi
+
+# SIGTERM to mpirun: the server stops, the other rank with it, within seconds
+kill -TERM "$two_pid"
+for i in $(seq 1 100); do kill -0 "$two_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$two_pid" 2>/dev/null; then
+  fail pipeline_serve_sigterm_stops "mpirun still running 10 s after SIGTERM"
+  kill -KILL "$two_pid"
+else
+  # mpirun itself exits 1 after a signal whatever its ranks did: rank 0's
+  # last line says it stopped cleanly, and no rank is left
+  wait "$two_pid"
+  sleep 0.5
+  if grep -q "SIGTERM, stopping" "$W/two.log" && tail -1 "$W/two.log" | grep -q "^serve: [0-9]* decode steps" &&
+     ! pgrep -f "$W/model" | grep -qv "^$one_pid$"; then
+    pass pipeline_serve_sigterm_stops
+  else
+    fail pipeline_serve_sigterm_stops "$(tail -4 "$W/two.log" | tr '\n' ' '); left: $(pgrep -af "$W/model")"
+  fi
+fi
+two_pid=
+stop_server one
+
+# a disk prompt cache needs every stage's cache in the file: refused, saying so
+out=$(timeout 60 "$W/mpi2" serve "$M" --port 0 --prompt-cache-disk 16M --prompt-cache-dir "$W/pcd" 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q -- "--prompt-cache-disk is not available with --pipeline"; then
+  pass pipeline_serve_disk_cache_refused
+else
+  fail pipeline_serve_disk_cache_refused "rc=$rc: $(printf '%s' "$out" | tail -2 | tr '\n' ' ')"
+fi
+[ $fails -eq 0 ]
