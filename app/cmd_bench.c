@@ -106,6 +106,42 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
     }
 }
 
+/* --pipeline: every stage's counters at a phase boundary (snap[0]: its
+ * layers only; rank 0's counters are the session's). */
+enum { MAX_STAGES = 64 };
+static int stage_snap(pipeline_stage *snap, ms_error *err)
+{
+    for (int r = 0; r < pipeline_stages() && r < MAX_STAGES; r++)
+        if (pipeline_stage_stats(r, &snap[r], err))
+            return -1;
+    return 0;
+}
+
+/* One row per stage and phase: what it computed and waited, read, hit. */
+static void print_stages(const char *name, int64_t tokens, const ms_stats *a, const ms_stats *b,
+                         const pipeline_stage *x, const pipeline_stage *y)
+{
+    char w[96], v[160];
+    for (int r = 0; r < pipeline_stages() && r < MAX_STAGES; r++) {
+        snprintf(w, sizeof w, "  %s: stage %d (layers %d-%d)", name, r, y[r].first,
+                 y[r].end - 1);
+        if (r == 0) {
+            snprintf(v, sizeof v, "waiting for the other stages %.1f ms/token",
+                     1e3 * (b->t_stages - a->t_stages) / (double)tokens);
+            row(w, v);
+            continue;
+        }
+        const ms_stats *p = &x[r].st, *q = &y[r].st;
+        int64_t req = q->expert_requests - p->expert_requests;
+        snprintf(v, sizeof v, "computing %.1f ms/token, waiting %.1f, read %.2f MB/token, "
+                 "hit rate %.1f%%", 1e3 * (y[r].t_compute - x[r].t_compute) / (double)tokens,
+                 1e3 * (y[r].t_wait - x[r].t_wait) / (double)tokens,
+                 (double)(q->bytes_read - p->bytes_read) / 1e6 / (double)tokens,
+                 req ? 100.0 * (double)(q->expert_hits - p->expert_hits) / (double)req : 0.0);
+        row(w, v);
+    }
+}
+
 int cmd_bench(int argc, char **argv)
 {
     cli_args o;
@@ -138,12 +174,17 @@ int cmd_bench(int argc, char **argv)
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%s/config.json", o.model);
     int64_t d0 = disk_busy_ms(cfg);
+    static pipeline_stage p0[MAX_STAGES], p1[MAX_STAGES], p2[MAX_STAGES];
+    if (stage_snap(p0, &err))
+        goto out;
     ms_session_stats(s, &s0);
     int64_t wb0 = ms_weight_bytes_read();
     if (ms_session_eval(s, ids, prompt, NULL, &err))
         goto out;
     ms_session_stats(s, &s1);
     int64_t wb1 = ms_weight_bytes_read(), d1 = disk_busy_ms(cfg);
+    if (stage_snap(p1, &err))
+        goto out;
     if (sample_floor(&o, threads, &bw, &bw_copy, &err))
         goto out;
     for (int64_t i = 0; i < n; i++) {
@@ -156,6 +197,8 @@ int cmd_bench(int argc, char **argv)
     }
     ms_session_stats(s, &s2);
     int64_t wb2 = ms_weight_bytes_read(), d2 = disk_busy_ms(cfg);
+    if (stage_snap(p2, &err))
+        goto out;
     if (sample_floor(&o, threads, &bw, &bw_copy, &err))
         goto out;
     printf("| %-40s | %-32s |\n|%s|%s|\n", "moestream bench", o.model,
@@ -182,6 +225,15 @@ int cmd_bench(int argc, char **argv)
     snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,
              100 * s2.t_experts / busy, 100 * s2.t_head / busy);
     row("time split (all tokens)", v);
+    if (pipeline_stages()) {
+        print_stages("prefill", prompt, &s0, &s1, p0, p1);
+        print_stages("decode", n, &s1, &s2, p1, p2);
+        for (int r = 1; r < pipeline_stages() && r < MAX_STAGES; r++) {
+            char w[64];
+            snprintf(w, sizeof w, "stage %d: experts", r);
+            row(w, p2[r].placement);
+        }
+    }
     if (o.floor) {
         double per = (double)(wb2 - wb1) / (double)n, dec = (s2.t_decode - s1.t_decode) / n;
         snprintf(v, sizeof v, "%.1f GB/s (memcpy %.1f), %d thread%s", bw, bw_copy, threads,

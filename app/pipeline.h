@@ -17,6 +17,19 @@ int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err);
  * process's rank, 0 being the front end; otherwise 0. A command whose rank 0
  * does more than compute (serve listens) asks first. */
 int pipeline_rank(const cli_args *a);
+/* Rank 0 of a pipeline of two stages or more: their number; else 0. */
+int pipeline_stages(void);
+/* What stage r (0 .. pipeline_stages() - 1) has done so far, asked of its
+ * rank: its layers [first, end), its engine's counters, the seconds it
+ * computed and waited for work (stage 0: only its layers; its counters
+ * are the caller's engine's). */
+typedef struct pipeline_stage {
+    int first, end;
+    ms_stats st;
+    double t_compute, t_wait;
+    char placement[256]; /* its experts' placement (ms_engine_placement) */
+} pipeline_stage;
+int pipeline_stage_stats(int r, pipeline_stage *out, ms_error *err);
 /* Rank 0, --stats: one line per stage (layers, computing, waiting, bytes
  * read, hit rate). */
 void pipeline_print_stats(void);

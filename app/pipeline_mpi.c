@@ -50,11 +50,6 @@ typedef struct hdr {
     int64_t n, d;
 } hdr;
 
-typedef struct stage_stats {
-    ms_stats st;
-    double t_compute, t_wait;
-} stage_stats;
-
 static struct {
     int rank, size;
     int first[MAX_RANKS], end[MAX_RANKS];
@@ -299,30 +294,51 @@ static void stop_all(void)
     MPI_Finalize();
 }
 
+int pipeline_stages(void)
+{
+    return P.size > 1 && P.rank == 0 ? P.size : 0;
+}
+
+int pipeline_stage_stats(int r, pipeline_stage *out, ms_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (r < 0 || r >= pipeline_stages())
+        return pl_err(err, MS_E_ARG, "pipeline: no stage %d to ask", r);
+    out->first = P.first[r];
+    out->end = P.end[r];
+    if (r == 0)
+        return 0; /* its counters are the caller's engine's */
+    hdr h = {OP_STATS, 0, 0, 0};
+    int from, tag, len;
+    if (send_bytes(&h, sizeof h, r, TAG_CTRL, err))
+        return -1;
+    pipeline_stage *s = wait_msg(r, TAG_STATS, P.timeout, &from, &tag, &len, err);
+    if (!s || len != (int)sizeof *s) {
+        if (s)
+            pl_err(err, MS_E_IO, "stage %d: statistics of %d bytes, expected %zu", r, len,
+                   sizeof *s);
+        free(s);
+        return -1;
+    }
+    *out = *s;
+    free(s);
+    return 0;
+}
+
 void pipeline_print_stats(void)
 {
-    if (P.size < 2 || P.rank != 0)
-        return;
-    hdr h = {OP_STATS, 0, 0, 0};
-    for (int r = 1; r < P.size; r++) {
+    for (int r = 1; r < pipeline_stages(); r++) {
+        pipeline_stage s;
         ms_error err = {0};
-        int from, tag, len;
-        if (send_bytes(&h, sizeof h, r, TAG_CTRL, &err)) {
-            fprintf(stderr, "stage %d: %s\n", r, err.msg);
+        if (pipeline_stage_stats(r, &s, &err)) {
+            fprintf(stderr, "stage %d: no statistics: %s\n", r, err.msg);
             continue;
         }
-        stage_stats *s = wait_msg(r, TAG_STATS, P.timeout, &from, &tag, &len, &err);
-        if (!s || len != (int)sizeof *s) {
-            fprintf(stderr, "stage %d: no statistics: %s\n", r, s ? "bad size" : err.msg);
-            free(s);
-            continue;
-        }
-        int64_t q = s->st.expert_requests;
+        int64_t q = s.st.expert_requests;
         fprintf(stderr, "stage %d (rank %d, layers %d-%d): computing %.3f s, waiting %.3f s, "
-                "experts read %.1f MB, hit rate %.1f%% (%lld requests)\n", r, r, P.first[r],
-                P.end[r] - 1, s->t_compute, s->t_wait, (double)s->st.bytes_read / 1e6,
-                q ? 100.0 * (double)s->st.expert_hits / (double)q : 0.0, (long long)q);
-        free(s);
+                "experts read %.1f MB, hit rate %.1f%% (%lld requests)\n", r, r, s.first,
+                s.end - 1, s.t_compute, s.t_wait, (double)s.st.bytes_read / 1e6,
+                q ? 100.0 * (double)s.st.expert_hits / (double)q : 0.0, (long long)q);
     }
 }
 
@@ -386,7 +402,7 @@ static void serve_stage(const char *model, ms_engine_opts eo)
         send_bytes("ok", 2, 0, TAG_OPEN, &err);
     slot *tab = NULL;
     int n_tab = 0, next = (P.rank + 1) % P.size;
-    stage_stats ss = {0};
+    pipeline_stage ss = {.first = P.first[P.rank], .end = P.end[P.rank]};
     for (;;) {
         int from, tag, len;
         double t0 = now();
@@ -410,8 +426,10 @@ static void serve_stage(const char *model, ms_engine_opts eo)
                         break;
                     }
         } else if (tag == TAG_CTRL && h.op == OP_STATS) {
-            if (eng)
+            if (eng) {
                 ms_engine_stats(eng, &ss.st);
+                snprintf(ss.placement, sizeof ss.placement, "%s", ms_engine_placement(eng));
+            }
             send_bytes(&ss, sizeof ss, 0, TAG_STATS, &err);
         } else if (tag == TAG_DATA && ok) {
             ms_stage_rows r;
@@ -625,6 +643,17 @@ int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err)
     return pl_err(err, MS_E_UNSUPPORTED, "--pipeline needs the MPI build: `make mpi` "
                       "builds moestream-mpi, run as `mpirun -np K moestream-mpi ... "
                       "--pipeline`");
+}
+
+int pipeline_stages(void)
+{
+    return 0;
+}
+
+int pipeline_stage_stats(int r, pipeline_stage *out, ms_error *err)
+{
+    memset(out, 0, sizeof *out);
+    return pl_err(err, MS_E_UNSUPPORTED, "pipeline: no stage %d without MPI", r);
 }
 
 void pipeline_print_stats(void)
