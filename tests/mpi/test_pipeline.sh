@@ -70,6 +70,24 @@ awk -v v="$V" 'BEGIN { for (i = 0; i < 24; i++) printf "%d ", (i * 37 + 11) % (v
 "$BIN" logits "$dir" --prompt-ids "$W/p.ids" --out "$W/ref.f32" 2>/dev/null
 "$BIN" run "$dir" --prompt-ids "$W/p.ids" -n 8 --temp 0 --ids --ignore-eos >"$W/ref.ids" 2>/dev/null
 same stages_explicit "$dir" 2 --stages 0-2,3-3
+# bench's rows per stage: an expert cache of top-k slots on each rank
+# evicts on every layer of stage 1 (reads, no hits); the page cache reads
+# nothing through the engine and hits every time
+out=$(mrun 2 "$MPI" bench "$dir" --pipeline --prompt 8 -n 4 --experts cache --cache-slots 3 2>&1)
+if printf '%s' "$out" | grep -q "^|   prefill: stage 0 (layers 0-0) *| waiting for the other stages [0-9.]* ms/token" &&
+   printf '%s' "$out" | grep -Eq "^\|   decode: stage 1 \(layers 1-3\) *\| computing [0-9.]+ ms/token, waiting [0-9.]+, read 0\.[1-9][0-9] MB/token, hit rate 0\.0%" &&
+   printf '%s' "$out" | grep -q "^| stage 1: experts *| engine cache 0.00 GB: 3 slots"; then
+  pass bench_rows_per_stage_cache
+else
+  fail bench_rows_per_stage_cache "$(printf '%s' "$out" | grep -i "stage\|error" | tr '\n' ' ')"
+fi
+out=$(mrun 2 "$MPI" bench "$dir" --pipeline --prompt 8 -n 4 --experts pagecache 2>&1)
+if printf '%s' "$out" | grep -Eq "^\|   decode: stage 1 \(layers 1-3\) *\| computing [0-9.]+ ms/token, waiting [0-9.]+, read 0\.00 MB/token, hit rate 100\.0%"; then
+  pass bench_rows_per_stage_pagecache
+else
+  fail bench_rows_per_stage_pagecache "$(printf '%s' "$out" | grep -i "stage\|error" | tr '\n' ' ')"
+fi
+
 # every rank under its own memory limit (a cgroup each): the expert cache
 # sized from it, the same bits; a limit too small for rank 1's stage is
 # refused with the numbers, the rank named
