@@ -65,6 +65,19 @@ const ms_engine *ms_session_engine(const ms_session *s);
  * (sliding-window layers keep a fixed ring), of the model's stage. */
 int64_t ms_kv_bytes_per_token(const ms_model *m, ms_kvfmt f);
 
+/* A checkpoint folder bound in check-only mode (nothing copied or pinned,
+ * every tensor checked and counted): what inspect reports and the pipeline
+ * splits by (inspect.c). ms_check_open closes what it opened on failure;
+ * ms_check_close takes a zeroed or opened one. */
+typedef struct ms_checked {
+    ms_checkpoint *ck;
+    const ms_family *fam;
+    ms_binder b;
+    ms_model *m;
+} ms_checked;
+int ms_check_open(const char *model_dir, ms_checked *c, ms_err *err);
+void ms_check_close(ms_checked *c);
+
 /* Reads the stop/bos ids from generation_config.json (else config.json). */
 int ms_engine_read_special_ids(ms_engine *eng, ms_err *err);
 

@@ -2,6 +2,7 @@
  * check-only mode (no copies) and prints dimensions, tensor statistics,
  * dense vs expert bytes and the verdict. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/engine.h"
 
@@ -63,43 +64,54 @@ static void print_sizes(const ms_model *m, const ms_binder *b, FILE *out)
             (double)(resident + b->bytes[MS_ROLE_EMBED] + b->bytes[MS_ROLE_EXPERT] + kv) / 1e9);
 }
 
+int ms_check_open(const char *model_dir, ms_checked *c, ms_err *err)
+{
+    memset(c, 0, sizeof *c);
+    ms_model_opts mo = {.max_batch = 1, .check_only = 1};
+    if (ms_ckpt_open(model_dir, &c->ck, err) || !(c->fam = ms_family_find(c->ck, err)) ||
+        ms_binder_init(&c->b, c->ck, 1, err) || ms_binder_config(&c->b, c->ck->config, err) ||
+        c->fam->open(c->ck, &c->b, &mo, &c->m, err)) {
+        ms_check_close(c);
+        return -1;
+    }
+    ms_bind_finish(&c->b);
+    return 0;
+}
+
+void ms_check_close(ms_checked *c)
+{
+    if (c->m)
+        c->fam->close(c->m);
+    ms_binder_free(&c->b);
+    ms_ckpt_close(c->ck);
+    memset(c, 0, sizeof *c);
+}
+
 int ms_inspect(const char *model_dir, FILE *out, ms_error *err)
 {
-    ms_checkpoint *ck;
-    if (ms_ckpt_open(model_dir, &ck, err))
+    ms_checked c;
+    if (ms_check_open(model_dir, &c, err))
         return -1;
-    int rc = -1;
-    ms_binder b = {0};
-    ms_model *m = NULL;
-    const ms_family *fam = ms_family_find(ck, err);
-    if (!fam || ms_binder_init(&b, ck, 1, err) || ms_binder_config(&b, ck->config, err))
-        goto out;
-    ms_model_opts mo = {.max_batch = 1, .check_only = 1};
-    if (fam->open(ck, &b, &mo, &m, err))
-        goto out;
-    ms_bind_finish(&b);
-    fprintf(out, "model: %s\nfamily: %s\nkernels: %s\nconfig:\n", model_dir, fam->model_type,
+    const ms_binder *b = &c.b;
+    int rc;
+    fprintf(out, "model: %s\nfamily: %s\nkernels: %s\nconfig:\n", model_dir, c.fam->model_type,
             ms_kernel_path());
-    fam->describe(m, out);
-    print_tensors(ck, &b, out);
-    print_sizes(m, &b, out);
-    for (int i = 0; i < b.n_notes; i++)
-        fprintf(out, "note: %s\n", b.notes[i]);
-    if (b.n_problems == 0) {
+    c.fam->describe(c.m, out);
+    print_tensors(c.ck, b, out);
+    print_sizes(c.m, b, out);
+    for (int i = 0; i < b->n_notes; i++)
+        fprintf(out, "note: %s\n", b->notes[i]);
+    if (b->n_problems == 0) {
         fprintf(out, "L0: PASS (%lld tensors bound, none missing, none unexpected)\n",
-                (long long)b.n_used);
+                (long long)b->n_used);
         rc = 0;
     } else {
-        fprintf(out, "L0: FAIL (%d problem%s)\n", b.n_problems, b.n_problems > 1 ? "s" : "");
-        for (int i = 0; i < b.n_problems; i++)
-            fprintf(out, "  %s\n", b.problems[i]);
+        fprintf(out, "L0: FAIL (%d problem%s)\n", b->n_problems, b->n_problems > 1 ? "s" : "");
+        for (int i = 0; i < b->n_problems; i++)
+            fprintf(out, "  %s\n", b->problems[i]);
         rc = ms_err_set(err, MS_E_MISMATCH, "%s: L0 check failed with %d problem%s", model_dir,
-                        b.n_problems, b.n_problems > 1 ? "s" : "");
+                        b->n_problems, b->n_problems > 1 ? "s" : "");
     }
-out:
-    if (m)
-        fam->close(m);
-    ms_binder_free(&b);
-    ms_ckpt_close(ck);
+    ms_check_close(&c);
     return rc;
 }

@@ -241,30 +241,19 @@ static void add_tensor(const ms_tensor_info *t, void *ctx)
 int ms_layer_bytes(const char *model_dir, int64_t **bytes, int *n_layers, int64_t *ends,
                    ms_error *err)
 {
-    ms_checkpoint *ck = NULL;
-    ms_binder b = {0};
-    ms_model *m = NULL;
-    const ms_family *fam = NULL;
-    int rc = -1;
+    ms_checked c;
     *bytes = NULL;
-    if (ms_ckpt_open(model_dir, &ck, err) || !(fam = ms_family_find(ck, err)) ||
-        ms_binder_init(&b, ck, 1, err) || ms_binder_config(&b, ck->config, err))
-        goto out;
-    ms_model_opts mo = {.max_batch = 1, .check_only = 1};
-    if (fam->open(ck, &b, &mo, &m, err))
-        goto out;
-    layer_sum s = {.n_layers = m->n_layers};
-    if (!(s.bytes = ms_calloc((size_t)m->n_layers, sizeof *s.bytes, "layer sizes", err)))
-        goto out;
-    ms_ckpt_foreach(ck, add_tensor, &s);
+    if (ms_check_open(model_dir, &c, err))
+        return -1;
+    layer_sum s = {.n_layers = c.m->n_layers};
+    if (!(s.bytes = ms_calloc((size_t)c.m->n_layers, sizeof *s.bytes, "layer sizes", err))) {
+        ms_check_close(&c);
+        return -1;
+    }
+    ms_ckpt_foreach(c.ck, add_tensor, &s);
+    ms_check_close(&c);
     *bytes = s.bytes;
     *n_layers = s.n_layers;
     *ends = s.ends;
-    rc = 0;
-out:
-    if (m)
-        fam->close(m);
-    ms_binder_free(&b);
-    ms_ckpt_close(ck);
-    return rc;
+    return 0;
 }
