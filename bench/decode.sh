@@ -51,7 +51,7 @@ for m in "${models[@]}"; do
     for t in $THREADS; do
      for b in "${bins[@]}"; do
       floor=--floor
-      "$b" help 2>&1 | grep -q -- --floor || floor=
+      "$b" bench --help 2>&1 | grep -q -- --floor || floor=
       "$b" bench "$m" --prompt "$PROMPT" -n "$N" --threads "$t" $floor 2>/dev/null |
         awk -v m="$(basename "$m")" -v t="$t" -v b="$b" -F'|' '
           /prefill, / { split($3, a, " "); pf = a[1] }

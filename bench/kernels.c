@@ -18,7 +18,8 @@
  * The scalar table (the test oracle) is compute-bound at a few GB/s at
  * best, so it is timed once over a sixteenth of the rows.
  *
- * Usage: build/bench/kernels [MiB of weights per matrix, default 512] */
+ * Usage: build/bench/kernels [MiB of weights per matrix, default 512]
+ *        [--prefetch NEAR,FAR,LANES] (bytes ahead, for sweeps: ms_prefetch) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,7 +184,22 @@ static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, tim
 
 int main(int argc, char **argv)
 {
-    size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 512, bytes = mib << 20;
+    size_t mib = 512;
+    for (int i = 1; i < argc; i++) {
+        ms_prefetch pf;
+        if (!strcmp(argv[i], "--prefetch") && i + 1 < argc &&
+            sscanf(argv[i + 1], "%d,%d,%d", &pf.near, &pf.far, &pf.lanes) == 3 &&
+            pf.near >= 0 && pf.far >= 0 && pf.lanes >= 0) {
+            ms_kernels_set_prefetch(pf);
+            i++;
+        } else if (atol(argv[i]) > 0) {
+            mib = (size_t)atol(argv[i]);
+        } else {
+            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES]\n");
+            return 2;
+        }
+    }
+    size_t bytes = mib << 20;
     bench_mat mats[MS_WFMT_COUNT];
     char *copy = aligned_alloc(4096, bytes);
     float *X = aligned_alloc(64, BATCH * COLS * sizeof(float));
@@ -221,7 +237,10 @@ int main(int argc, char **argv)
     printf("memcpy (read + write, for information): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
            cp[0], cp[1]);
     printf("matrices: %zu MiB of weights, %d columns; floor x = time / (bytes / read stream); "
-           "best of %d interleaved rounds\n\n", mib, COLS, ROUNDS);
+           "best of %d interleaved rounds\n", mib, COLS, ROUNDS);
+    ms_prefetch pf = ms_kernels_prefetch();
+    printf("prefetch (exact AVX-512 table): %d bytes ahead (matvec), %d (FP8, batched), %d "
+           "(MXFP4)\n\n", pf.near, pf.far, pf.lanes);
     print_table(tables, mats, best, rd);
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         free(mats[f].w);

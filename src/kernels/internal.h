@@ -12,6 +12,10 @@
 
 #include "kernels/kernels.h"
 
+/* The distances ms_kernels_prefetch() reports (dispatch.c); the kernels
+ * read them once per call. */
+extern ms_prefetch ms_prefetch_bytes;
+
 static inline int64_t ms_ceil_div(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;

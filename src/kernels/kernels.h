@@ -151,6 +151,19 @@ const ms_kernel_ops *ms_kernels_exact(void);
 const ms_kernel_ops *ms_kernels(void);
 int ms_kernels_set_fast(int fast);
 
+/* How far ahead of the weights being read the exact AVX-512 table
+ * prefetches, in bytes: `near` for a matvec of F32, BF16 or F16 (little
+ * work per byte), `far` for FP8 and for every batched product of those
+ * (column order, x86_rows.h), `lanes` for MXFP4's lane-order loop. The best
+ * distances are the CPU's: chosen once per CPU vendor (docs/perf.md,
+ * "Prefetch distance per CPU"), settable for sweeps (bench/kernels
+ * --prefetch). No result depends on them. */
+typedef struct ms_prefetch {
+    int near, far, lanes;
+} ms_prefetch;
+ms_prefetch ms_kernels_prefetch(void);
+void ms_kernels_set_prefetch(ms_prefetch p); /* before any product runs */
+
 /* Multithreaded drivers over the active op table (row chunks spread over
  * the thread pool, base/pool.h; one dispatch per call).
  * y[rows] = W x ;  Y[n][rows] = X[n][cols] W^T (row strides = cols, rows). */

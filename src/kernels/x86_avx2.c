@@ -100,7 +100,7 @@ AI __m256i lanes_below(int k, int first)
 #define XV __m256
 #define XW 8
 #define X_MAX_NT MAX_NT
-#define X_PREFETCH PREFETCH
+#define X_PREFETCH(f, n) PREFETCH
 #define X_PANEL_X_BYTES PANEL_X_BYTES
 #define X_ROW_BLOCK ROW_BLOCK
 #define X_GROUP(f) ((f) == MS_WFMT_FP8_BLOCK ? MAX_NT_FP8 : MAX_NT)

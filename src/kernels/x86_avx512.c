@@ -21,9 +21,6 @@
 
 enum {
     MAX_NT = 4,               /* tokens sharing a decoded chunk */
-    PREFETCH = 8192,          /* bytes ahead in a row's weights: 2048 left FP8 at 15 GB/s a
-                               * core (8192: 25) and BF16 at 28-29 (8192: 33-35) */
-    MX_PREFETCH = 2048,       /* the same for MXFP4 in lane order (no gain from more) */
     PANEL_X_BYTES = 16 << 10, /* x of one token group per column panel */
     ROW_BLOCK = 32,           /* rows sharing a pass over the token groups */
 };
@@ -108,7 +105,8 @@ AI w32 decode_part(ms_wfmt f, const uint8_t *p, int k)
 #define XV __m512
 #define XW 16
 #define X_MAX_NT MAX_NT
-#define X_PREFETCH PREFETCH
+#define X_PREFETCH(f, n)                                                                   \
+    ((n) == 1 && (f) != MS_WFMT_FP8_BLOCK ? ms_prefetch_bytes.near : ms_prefetch_bytes.far)
 #define X_PANEL_X_BYTES PANEL_X_BYTES
 #define X_ROW_BLOCK ROW_BLOCK
 #define X_GROUP(f) MAX_NT
@@ -284,6 +282,7 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
                                       -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r;
     const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32);
+    const int64_t pf = ms_prefetch_bytes.lanes;
     __m512 a0[MAX_NT], a1[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
@@ -291,7 +290,7 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
     for (int64_t c = c0; c < c1; c += MX_BLOCK) {
         int k = c1 - c < MX_BLOCK ? (int)(c1 - c) : MX_BLOCK, ng = k / 32;
         const float *xo[MAX_NT];
-        _mm_prefetch((const char *)row + c / 2 + MX_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + c / 2 + pf, _MM_HINT_T0);
         __m512i q = k == MX_BLOCK ? _mm512_loadu_si512(row + c / 2)
                                   : _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
                                                              row + c / 2);

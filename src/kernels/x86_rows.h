@@ -17,7 +17,8 @@
  *   x_scale(w, i)       FP8 block scale entry i times whatever factor the
  *                       ISA's decode left out (a power of two: exact)
  *   X_GROUP(f)          tokens sharing a decoded chunk (<= X_MAX_NT)
- *   X_MAX_NT, X_PREFETCH, X_PANEL_X_BYTES, X_ROW_BLOCK
+ *   X_MAX_NT, X_PANEL_X_BYTES, X_ROW_BLOCK
+ *   X_PREFETCH(f, n)    bytes to prefetch ahead for format f and n tokens
  *
  * The scheme, the same for every (token, row) so that batching, row ranges
  * and thread counts never change a bit: columns in chunks, a ragged last
@@ -31,15 +32,16 @@
 #ifndef MS_KERNELS_X86_ROWS_H
 #define MS_KERNELS_X86_ROWS_H
 
-/* Adds columns [c0, c1) of a row to a0/a1 for nt tokens. */
+/* Adds columns [c0, c1) of a row to a0/a1 for nt tokens, prefetching pf
+ * bytes ahead. */
 AI void span(ms_wfmt f, int nt, const uint8_t *row, const float *const *x, int64_t c0,
-             int64_t c1, XV *a0, XV *a1)
+             int64_t c1, int64_t pf, XV *a0, XV *a1)
 {
     int64_t c = c0;
     for (; c + 2 * XW <= c1; c += 2 * XW) {
         /* the hardware prefetcher alone leaves single-thread bandwidth on
          * the table */
-        _mm_prefetch((const char *)row + ms_col_bytes(f, c) + X_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + ms_col_bytes(f, c) + pf, _MM_HINT_T0);
         xw2 w = x_decode(f, row + ms_col_bytes(f, c));
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
@@ -61,7 +63,7 @@ AI void span(ms_wfmt f, int nt, const uint8_t *row, const float *const *x, int64
 /* FP8, columns [c0, c1) (c0 on a block boundary): each block summed into
  * partials, then folded in with its scale. */
 AI void fp8_blocks(int nt, const ms_mat *w, int64_t r, const uint8_t *row,
-                   const float *const *x, int64_t c0, int64_t c1, XV *a0, XV *a1)
+                   const float *const *x, int64_t c0, int64_t c1, int64_t pf, XV *a0, XV *a1)
 {
     const ms_wfmt f = MS_WFMT_FP8_BLOCK;
     int64_t bc = w->block_cols, s0 = ms_fp8_scale_row(w, r);
@@ -70,7 +72,7 @@ AI void fp8_blocks(int nt, const ms_mat *w, int64_t r, const uint8_t *row,
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
             p0[t] = p1[t] = xv_zero();
-        span(f, nt, row, x, c, c + bc < c1 ? c + bc : c1, p0, p1);
+        span(f, nt, row, x, c, c + bc < c1 ? c + bc : c1, pf, p0, p1);
         XV s = xv_set1(x_scale(w, s0 + c / bc));
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
@@ -89,7 +91,7 @@ typedef struct acc2 {
 /* Adds columns [c0, c1) of row r to st[0..nt) (c0 on a chunk or block
  * boundary), in the order a whole-row pass would. */
 AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
-                  int64_t c0, int64_t c1, acc2 *st)
+                  int64_t c0, int64_t c1, int64_t pf, acc2 *st)
 {
     const uint8_t *row = (const uint8_t *)w->w + ms_col_bytes(f, w->cols) * r;
     XV a0[X_MAX_NT], a1[X_MAX_NT];
@@ -99,9 +101,9 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *co
         a1[t] = st[t].a1;
     }
     if (f == MS_WFMT_FP8_BLOCK)
-        fp8_blocks(nt, w, r, row, x, c0, c1, a0, a1);
+        fp8_blocks(nt, w, r, row, x, c0, c1, pf, a0, a1);
     else
-        span(f, nt, row, x, c0, c1, a0, a1);
+        span(f, nt, row, x, c0, c1, pf, a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++) {
         st[t].a0 = a0[t];
@@ -110,13 +112,13 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *co
 }
 
 AI void row_panel_n(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *x,
-                    int64_t c0, int64_t c1, acc2 *st)
+                    int64_t c0, int64_t c1, int64_t pf, acc2 *st)
 {
     switch (nt) {
-    case 1: row_panel(f, 1, w, r, x, c0, c1, st); break;
-    case 2: row_panel(f, 2, w, r, x, c0, c1, st); break;
-    case 3: row_panel(f, 3, w, r, x, c0, c1, st); break;
-    default: row_panel(f, 4, w, r, x, c0, c1, st); break;
+    case 1: row_panel(f, 1, w, r, x, c0, c1, pf, st); break;
+    case 2: row_panel(f, 2, w, r, x, c0, c1, pf, st); break;
+    case 3: row_panel(f, 3, w, r, x, c0, c1, pf, st); break;
+    default: row_panel(f, 4, w, r, x, c0, c1, pf, st); break;
     }
 }
 
@@ -137,6 +139,7 @@ AI void rows_generic(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t 
 {
     const int group = X_GROUP(f);
     int64_t panel = panel_cols(f, w, n, group);
+    const int64_t pf = X_PREFETCH(f, n);
     for (int64_t rb = r0; rb < r1; rb += X_ROW_BLOCK) {
         int64_t re = rb + X_ROW_BLOCK < r1 ? rb + X_ROW_BLOCK : r1;
         for (int t0 = 0; t0 < n; t0 += group) {
@@ -151,7 +154,7 @@ AI void rows_generic(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t 
             for (int64_t c0 = 0; c0 < w->cols; c0 += panel)
                 for (int64_t r = rb; r < re; r++)
                     row_panel_n(f, nt, w, r, x, c0, c0 + panel < w->cols ? c0 + panel : w->cols,
-                                st[r - rb]);
+                                pf, st[r - rb]);
             for (int64_t r = rb; r < re; r++)
                 for (int t = 0; t < nt; t++)
                     Y[(t0 + t) * ldy + r] = xv_hsum(xv_add(st[r - rb][t].a0, st[r - rb][t].a1));
