@@ -18,6 +18,11 @@ fi
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 mrun() { local np=$1; shift; timeout 120 mpirun --oversubscribe --allow-run-as-root -np "$np" "$@"; }
 PRE=() # what each rank runs under (memlimit)
+# shared/tools/memlimit (a cgroup per rank), where this machine allows it
+ML=""
+for m in ../shared/tools/memlimit /work/shared/tools/memlimit; do [ -x "$m" ] && { ML=$m; break; }; done
+[ -n "$ML" ] && ! "$ML" 64M -- true >/dev/null 2>&1 && ML=""
+[ -n "$ML" ] || echo "SKIP pipeline_memlimit_cases: no usable shared/tools/memlimit here (it needs the repository's ../shared and cgroups)"
 
 # same NAME DIR NP [OPTS...]: logits and 8 greedy ids of NP ranks == one process
 same() {
@@ -61,6 +66,11 @@ for m in "${models[@]}"; do
   [ "$L" -ge 3 ] && same "${name}_3ranks" "$dir" 3
   K=$($PY -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("num_experts_per_tok") or c.get("experts_per_token") or c["moe_topk"])' "$dir/config.json")
   same "${name}_2ranks_cache" "$dir" 2 --experts cache --cache-slots "$K" --micro-batches 3
+  if [ -n "$ML" ]; then # each rank in a cgroup of 64 MB: its plan sized from its own limit
+    PRE=("$ML" 64M --)
+    same "${name}_2ranks_memlimit" "$dir" 2 --experts cache --kv f32 --ctx 512
+    PRE=()
+  fi
 done
 
 # explicit stages, and the refusals
@@ -91,11 +101,8 @@ fi
 # every rank under its own memory limit (a cgroup each): the expert cache
 # sized from it, the same bits; a limit too small for rank 1's stage is
 # refused with the numbers, the rank named
-ML=""
-for m in ../shared/tools/memlimit /work/shared/tools/memlimit; do [ -x "$m" ] && { ML=$m; break; }; done
-if [ -n "$ML" ] && "$ML" 64M -- true >/dev/null 2>&1; then
+if [ -n "$ML" ]; then
   PRE=("$ML" 64M --)
-  same memlimit_2ranks "$dir" 2 --experts cache --kv f32 --ctx 512
   same memlimit_3ranks "$dir" 3 --experts cache --kv f32 --ctx 512
   PRE=()
   out=$(timeout 120 mpirun --oversubscribe --allow-run-as-root -np 1 "$MPI" logits "$dir" --prompt-ids "$W/p.ids" \
@@ -107,8 +114,6 @@ if [ -n "$ML" ] && "$ML" 64M -- true >/dev/null 2>&1; then
   else
     fail memlimit_too_small_on_rank1_named "rc=$rc: $(printf '%s' "$out" | tail -3 | tr '\n' ' ')"
   fi
-else
-  echo "SKIP pipeline_memlimit_cases: no usable shared/tools/memlimit here (it needs the repository's ../shared and cgroups)"
 fi
 out=$(mrun 2 "$MPI" logits "$dir" --prompt-ids "$W/p.ids" --out "$W/x.f32" --pipeline --stages 0-1,3-3 2>&1); rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "range 3-3: expected one starting at layer 2"; then
