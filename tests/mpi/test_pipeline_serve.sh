@@ -2,10 +2,10 @@
 # serve --pipeline over MPI, end to end: `mpirun -np 2 moestream-mpi serve
 # --pipeline --parallel 2` answers the same concurrent completions and chat
 # requests (greedy) with the same text as the one-process server, its
-# decode steps batched across slots (micro-batches in flight); a disk prompt
-# cache is refused with the reason; SIGTERM to mpirun stops every rank. A
-# tiny gpt_oss over the released o200k tokenizer. Skipped, saying so, where
-# there is no MPI build.
+# decode steps batched across slots (micro-batches in flight); chat gives
+# one process's answers; a disk prompt cache is refused with the reason;
+# SIGTERM to mpirun stops every rank. A tiny gpt_oss over the released
+# o200k tokenizer. Skipped, saying so, where there is no MPI build.
 cd "$(dirname "$0")/../.." && . tests/init.sh pipeline_serve
 MPI=${MS_BUILD:-build}/moestream-mpi
 if [ ! -x "$MPI" ] || ! command -v mpirun >/dev/null; then
@@ -97,6 +97,17 @@ else
 fi
 two_pid=
 stop_server one
+
+# chat over two ranks: the turns come through mpirun's stdin to rank 0, the
+# answers (greedy ids) are those of one process
+printf 'Hello there\nAnd again\n' | timeout 120 mpirun --oversubscribe --allow-run-as-root -np 2 \
+  "$MPI" chat "$M" -n 6 --temp 0 --ids --pipeline >"$W/chat2.ids" 2>"$W/chat2.err"
+printf 'Hello there\nAnd again\n' | "$BIN" chat "$M" -n 6 --temp 0 --ids >"$W/chat1.ids" 2>/dev/null
+if [ "$(wc -l <"$W/chat1.ids")" -eq 2 ] && cmp -s "$W/chat1.ids" "$W/chat2.ids"; then
+  pass pipeline_chat_same_ids
+else
+  fail pipeline_chat_same_ids "$(tail -2 "$W/chat2.err" | tr '\n' ' ')"
+fi
 
 # a disk prompt cache needs every stage's cache in the file: refused, saying so
 out=$(timeout 60 "$W/mpi2" serve "$M" --port 0 --prompt-cache-disk 16M --prompt-cache-dir "$W/pcd" 2>&1); rc=$?
