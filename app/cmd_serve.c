@@ -92,11 +92,6 @@ int cmd_serve(int argc, char **argv)
         name = *base ? base : o.model;
     }
 
-    if (o.pipeline && o.prompt_cache_disk > 0) {
-        fprintf(stderr, "moestream: --prompt-cache-disk is not available with --pipeline: "
-                "each stage holds its own layers' part of a conversation's cache\n");
-        return 2;
-    }
     if (pipeline_rank(&o) > 0) { /* another stage of the pipeline: no HTTP here */
         ms_engine *eng = NULL;
         ms_session *s = NULL;

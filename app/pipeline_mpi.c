@@ -13,8 +13,11 @@
  * share its cores) and end at --stage-timeout, and an error on any rank
  * reaches rank 0 as a message naming the rank, which ends the job. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <stdarg.h>
 
@@ -42,8 +45,8 @@ static int pl_err(ms_error *err, int code, const char *fmt, ...)
 
 #define MAX_RANKS 64
 #define MAX_STEP_SESSIONS 256 /* sessions of one batched step (MS_MAX_BATCH) */
-enum { TAG_DATA = 1, TAG_CTRL, TAG_ERR, TAG_OPEN, TAG_STATS };
-enum { OP_CLOSE = 1, OP_STATS, OP_STOP };
+enum { TAG_DATA = 1, TAG_CTRL, TAG_ERR, TAG_OPEN, TAG_STATS, TAG_FILE };
+enum { OP_CLOSE = 1, OP_STATS, OP_STOP, OP_FILE };
 
 typedef struct hdr {
     int32_t op, n_seq;
@@ -282,6 +285,40 @@ static void link_closed(void *user, uint64_t sid)
     pthread_mutex_unlock(&P.mu);
 }
 
+/* A session file's parts on the other stages: every rank is asked, then
+ * every answer waited for; the first failure is the call's. */
+static int link_file(void *user, int op, uint64_t sid, int64_t ctx, int32_t kvf,
+                     const char *path, ms_error *err)
+{
+    (void)user;
+    if (flush_closed(err))
+        return -1;
+    size_t n = strlen(path) + 1, len = sizeof(hdr) + 8 + n;
+    char *b = malloc(len);
+    if (!b)
+        return pl_err(err, MS_E_NOMEM, "pipeline: no memory");
+    hdr h = {OP_FILE, op, ctx, kvf};
+    memcpy(b, &h, sizeof h);
+    memcpy(b + sizeof h, &sid, 8);
+    memcpy(b + sizeof h + 8, path, n);
+    int rc = 0, sent = 1;
+    for (; rc == 0 && sent < P.size; sent++)
+        rc = send_bytes(b, len, sent, TAG_CTRL, err);
+    free(b);
+    for (int r = 1; r < sent - (rc != 0); r++) {
+        int from, tag, got;
+        ms_error e = {0};
+        char *a = wait_msg(r, TAG_FILE, P.timeout, &from, &tag, &got, &e);
+        if ((!a || *a) && rc == 0) {
+            rc = -1;
+            err->code = a ? MS_E_IO : e.code;
+            snprintf(err->msg, sizeof err->msg, "%s", a ? a : e.msg);
+        }
+        free(a);
+    }
+    return rc;
+}
+
 static void stop_all(void)
 {
     static int done;
@@ -368,6 +405,42 @@ static ms_session *session_for(ms_engine *eng, slot **tab, int *n, uint64_t sid,
     return v[(*n)++].s;
 }
 
+/* Stage P.rank's part of a session file (ms_stage_link.file): "" into
+ * reply when done, else the sentence, naming the rank. A save makes the
+ * folder where this rank's file system lacks it. */
+static void stage_file(ms_engine *eng, slot **tab, int *n_tab, int op, uint64_t sid, int64_t ctx,
+                       int kvf, const char *path, char *reply, size_t size)
+{
+    char part[PATH_MAX];
+    ms_error e = {0};
+    int rc = -1;
+    if (!eng)
+        snprintf(e.msg, sizeof e.msg, "its stage is not open");
+    else if (ms_stage_file_path(path, P.rank, part, sizeof part))
+        snprintf(e.msg, sizeof e.msg, "%s: path too long", path);
+    else if (op == MS_STAGE_REMOVE)
+        rc = unlink(part) == 0 || errno == ENOENT
+                 ? 0
+                 : pl_err(&e, MS_E_IO, "%s: cannot remove (%s)", part, strerror(errno));
+    else {
+        ms_session *s = session_for(eng, tab, n_tab, sid, ctx, kvf, &e);
+        if (s && op == MS_STAGE_SAVE) {
+            for (char *q = strchr(part + 1, '/'); q; q = strchr(q + 1, '/')) {
+                *q = 0;
+                mkdir(part, 0700); /* exists already, mostly */
+                *q = '/';
+            }
+            rc = ms_session_save(s, part, &e);
+        } else if (s) {
+            rc = ms_session_load(s, part, &e);
+        }
+    }
+    reply[0] = 0;
+    if (rc)
+        snprintf(reply, size, "rank %d: stage %d (layers %d-%d): %s", P.rank, P.rank,
+                 P.first[P.rank], P.end[P.rank] - 1, e.msg);
+}
+
 static void report(const char *what, const ms_error *e)
 {
     char msg[1200];
@@ -425,6 +498,14 @@ static void serve_stage(const char *model, ms_engine_opts eo)
                         tab[i] = tab[--n_tab];
                         break;
                     }
+        } else if (tag == TAG_CTRL && h.op == OP_FILE && len > (int)sizeof h + 8) {
+            uint64_t sid;
+            memcpy(&sid, b + sizeof h, 8);
+            char reply[sizeof err.msg + 96];
+            stage_file(eng, &tab, &n_tab, h.n_seq, sid, h.n, (int)h.d, b + sizeof h + 8, reply,
+                       sizeof reply);
+            if (send_bytes(reply, strlen(reply) + 1, 0, TAG_FILE, &err))
+                report("", &err);
         } else if (tag == TAG_CTRL && h.op == OP_STATS) {
             if (eng) {
                 ms_engine_stats(eng, &ss.st);
@@ -608,7 +689,7 @@ int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err)
         free(b);
     }
     atexit(stop_all);
-    P.link = (ms_stage_link){link_send, link_recv, link_closed, NULL,
+    P.link = (ms_stage_link){link_send, link_recv, link_closed, link_file, NULL,
                              a->micro_batches > 0 ? (int)a->micro_batches : P.size};
     eo->stage_first = 0;
     eo->stage_end = P.end[0];

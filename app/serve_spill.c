@@ -5,7 +5,9 @@
  * (ms_session_load) rather than evaluating its prompt again. The folder's
  * files are kept within SIZE bytes, the least recently used removed first;
  * at start the files already there (an earlier run on the same model) are
- * indexed by their ids, so conversations survive a restart. Only the
+ * indexed by their ids, so conversations survive a restart. With
+ * --pipeline every stage keeps its layers' part in a file of its own beside
+ * each one (".stageN"); SIZE counts the first stage's files. Only the
  * worker thread uses it. */
 #include <dirent.h>
 #include <errno.h>
@@ -20,9 +22,18 @@
 /* Shorter conversations are cheaper to evaluate again than to write. */
 #define SPILL_MIN_TOKENS 32
 
-static void spill_remove(srv_spill *sp, int k)
+/* A saved conversation's file goes, with its pipeline stages' parts. */
+static void remove_file(const srv *sv, const char *path)
 {
-    unlink(sp->e[k].path);
+    ms_error err = {0};
+    if (ms_session_file_remove(sv->eng, path, &err))
+        fprintf(stderr, "moestream serve: prompt cache not removed: %s\n", err.msg);
+}
+
+static void spill_remove(srv *sv, int k)
+{
+    srv_spill *sp = &sv->spill;
+    remove_file(sv, sp->e[k].path);
     sp->bytes -= sp->e[k].bytes;
     free(sp->e[k].ids);
     sp->e[k] = sp->e[--sp->n];
@@ -99,7 +110,7 @@ void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n)
         return;
     for (int k = 0; k < sp->n; k++) /* the same conversation, or a prefix of it: replaced */
         if (sp->e[k].n <= n && !memcmp(sp->e[k].ids, ids, sizeof *ids * (size_t)sp->e[k].n))
-            spill_remove(sp, k--);
+            spill_remove(sv, k--);
     srv_spilled e = {0};
     snprintf(e.path, sizeof e.path, "%.1000s/c%d-%lld.kv", sp->dir, (int)getpid(),
              (long long)sp->seq++);
@@ -113,7 +124,7 @@ void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n)
     e.n = n;
     e.t = srv_now();
     if (!(e.ids = malloc(sizeof *ids * (size_t)n))) {
-        unlink(e.path);
+        remove_file(sv, e.path);
         return;
     }
     memcpy(e.ids, ids, sizeof *ids * (size_t)n);
@@ -121,10 +132,10 @@ void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n)
         int old = 0; /* the least recently used goes */
         for (int k = 1; k < sp->n; k++)
             old = sp->e[k].t < sp->e[old].t ? k : old;
-        spill_remove(sp, old);
+        spill_remove(sv, old);
     }
     if (e.bytes > sp->budget) {
-        unlink(e.path);
+        remove_file(sv, e.path);
         free(e.ids);
         return;
     }
@@ -161,6 +172,6 @@ int srv_spill_take(srv *sv, int k, ms_session *s)
                 err.msg);
     else
         __atomic_add_fetch(&sv->m_spill_loaded, 1, __ATOMIC_RELAXED);
-    spill_remove(sp, k); /* in memory now (or useless): saved again when it leaves */
+    spill_remove(sv, k); /* in memory now (or useless): saved again when it leaves */
     return rc;
 }

@@ -198,10 +198,16 @@ const int32_t *ms_session_ids(const ms_session *s, int64_t *n);
  * the saved one was (the same logits, the same next tokens); another model
  * (or the same folder with other weights), context or format are refused
  * from the header, naming what differs, with the session unchanged; a
- * damaged body is refused too and leaves the session empty (position 0). ms_session_file_ids reads only the ids (caller
- * frees), to match a prompt without loading. */
+ * damaged body is refused too and leaves the session empty (position 0).
+ * ms_session_file_ids reads only the ids (caller frees), to match a prompt
+ * without loading. With pipeline stages each stage keeps its layers' part
+ * in a file of its own beside path (ms_stage_link.file): the first
+ * engine's file, written last, holds the ids and logits; a stage's load
+ * that fails leaves the session empty. ms_session_file_remove deletes a
+ * session file and its stages' parts. */
 int ms_session_save(const ms_session *s, const char *path, ms_error *err);
 int ms_session_load(ms_session *s, const char *path, ms_error *err);
+int ms_session_file_remove(const ms_engine *eng, const char *path, ms_error *err);
 int ms_session_file_ids(const char *path, const ms_engine *eng, int32_t **ids, int64_t *n,
                         ms_error *err);
 int ms_session_reuse(ms_session *s, const int32_t *ids, int64_t n, int64_t *kept, ms_error *err);
@@ -289,13 +295,23 @@ typedef struct ms_stage_rows {
  * into that many micro-batches so that the stages work at the same time.
  * closed says a session is gone (from any thread); its stages drop its
  * caches. */
+/* file asks every other stage to save (MS_STAGE_SAVE), load (MS_STAGE_LOAD,
+ * into a session of context ctx and format kv_format, made if it has none)
+ * or remove (MS_STAGE_REMOVE) its part of session sid's cache in the file
+ * `path` names (each stage its own file beside it); NULL where the link
+ * cannot, and ms_session_save / load are refused with a pipeline. */
+enum { MS_STAGE_SAVE = 1, MS_STAGE_LOAD, MS_STAGE_REMOVE };
 typedef struct ms_stage_link {
     int (*send)(void *user, const ms_stage_rows *rows, const float *x, ms_error *err);
     int (*recv)(void *user, float *x, int64_t n, int64_t d, ms_error *err);
     void (*closed)(void *user, uint64_t sid);
+    int (*file)(void *user, int op, uint64_t sid, int64_t ctx, int32_t kv_format,
+                const char *path, ms_error *err);
     void *user;
     int in_flight;
 } ms_stage_link;
+/* The file of stage `stage`'s part of a session file: "PATH.stageN". */
+int ms_stage_file_path(const char *path, int stage, char *out, size_t size);
 
 /* A session's id, unique within its engine (what a stage keys its caches by). */
 uint64_t ms_session_id(const ms_session *s);

@@ -5,9 +5,12 @@
  *
  * Layout (little-endian, this machine's): a header of fixed fields (magic,
  * model identity, context, position, vocabulary, layers, KV format, whether
- * logits are held), the ids, the logits, then per layer its ring geometry
- * and, plane by plane, the slots in use; last an FNV-1a checksum of all
- * that precedes it. The identity hashes the checkpoint folder's real path,
+ * logits are held, the layers held, whether ids are held), the ids, the
+ * logits, then per layer its ring geometry and, plane by plane, the slots
+ * in use; last an FNV-1a checksum of all that precedes it. A pipeline
+ * stage's part holds only its layers (no ids, no logits) in a file of its
+ * own; the first engine asks the others for theirs (ms_stage_link.file)
+ * and writes its own last. The identity hashes the checkpoint folder's real path,
  * its config.json and its shards' sizes and modification times, so another
  * model, or the same folder with other weights, is refused. Loading needs a
  * session of the same engine, context and KV format. Files are written
@@ -26,12 +29,15 @@
 #include "runtime/engine.h"
 #include "runtime/session.h"
 
-static const char magic[8] = {'M', 'S', 'K', 'V', 'v', '1', 0, 0};
+static const char magic[8] = {'M', 'S', 'K', 'V', 'v', '2', 0, 0};
 
+/* layer0, layer1: the layers whose caches the file holds (a pipeline
+ * stage's); have_ids: whether the ids (and logits) are in it (the engine
+ * with the embedding and head). */
 typedef struct header {
     char magic[8];
     uint64_t model;
-    int64_t ctx, pos, vocab, n_layers, fmt, have_logits;
+    int64_t ctx, pos, vocab, n_layers, fmt, have_logits, layer0, layer1, have_ids;
 } header;
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -131,13 +137,28 @@ static int get_layer(io *o, ms_kv *kv, int64_t pos, int l, ms_err *err)
     return 0;
 }
 
+int ms_stage_file_path(const char *path, int stage, char *out, size_t size)
+{
+    return snprintf(out, size, "%s.stage%d", path, stage) >= (int)size ? -1 : 0;
+}
+
+/* With a link: the other stages' parts of session s in files beside path. */
+static int stage_files(const ms_session *s, int op, const char *path, ms_err *err)
+{
+    const ms_stage_link *k = &s->eng->link;
+    if (!k->send)
+        return 0;
+    if (!k->file)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "%s: a session's cache in a file is not "
+                          "available over this pipeline (its link keeps no files)", path);
+    return k->file(k->user, op, s->sid, s->ctx, (int32_t)s->kv_fmt, path, err);
+}
+
 int ms_session_save(const ms_session *s, const char *path, ms_error *err)
 {
     const ms_model *m = s->eng->model;
-    if (s->eng->link.send || !m->ends || m->layer0 || m->layer1 < m->n_layers)
-        return ms_err_set(err, MS_E_UNSUPPORTED, "%s: a session's cache in a file is not "
-                          "available with pipeline stages (the other stages hold their "
-                          "layers' caches)", path);
+    if (stage_files(s, MS_STAGE_SAVE, path, err))
+        return -1;
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return ms_err_set(err, MS_E_ARG, "%s: path too long", path);
@@ -145,13 +166,16 @@ int ms_session_save(const ms_session *s, const char *path, ms_error *err)
     if (!o.f)
         return ms_err_set(err, MS_E_IO, "%s: cannot create (%s)", tmp, strerror(errno));
     header h = {.model = model_id(s->eng), .ctx = s->ctx, .pos = s->pos, .vocab = m->vocab,
-                .n_layers = m->n_layers, .fmt = s->kv_fmt, .have_logits = s->have_logits};
+                .n_layers = m->n_layers, .fmt = s->kv_fmt,
+                .have_logits = m->ends && s->have_logits, .layer0 = m->layer0,
+                .layer1 = m->layer1, .have_ids = m->ends};
     memcpy(h.magic, magic, sizeof magic);
     put(&o, &h, sizeof h);
-    put(&o, s->hist, sizeof *s->hist * (size_t)s->pos);
-    if (s->have_logits)
+    if (h.have_ids)
+        put(&o, s->hist, sizeof *s->hist * (size_t)s->pos);
+    if (h.have_logits)
         put(&o, s->logits, sizeof *s->logits * (size_t)m->vocab);
-    for (int l = 0; l < m->n_layers; l++)
+    for (int l = m->layer0; l < m->layer1; l++)
         put_layer(&o, &s->kv[l], s->pos);
     uint64_t sum = o.sum;
     put(&o, &sum, sizeof sum);
@@ -174,11 +198,19 @@ static int open_file(const char *path, const ms_engine *eng, const ms_session *s
     if (!o->f)
         return ms_err_set(err, MS_E_IO, "%s: cannot open (%s)", path, strerror(errno));
     const ms_model *m = eng->model;
-    if (get(o, h, sizeof *h) || memcmp(h->magic, magic, sizeof magic))
+    if (get(o, h, sizeof *h) || memcmp(h->magic, magic, 5))
         return ms_err_set(err, MS_E_FORMAT, "%s: not a moestream session file", path);
+    if (memcmp(h->magic, magic, sizeof magic))
+        return ms_err_set(err, MS_E_FORMAT, "%s: a session file of another version (%.3s; this "
+                          "moestream reads %.3s)", path, h->magic + 4, magic + 4);
     if (h->model != model_id(eng) || h->vocab != m->vocab || h->n_layers != m->n_layers)
         return ms_err_set(err, MS_E_MISMATCH, "%s: saved from another model (or the same "
                           "folder with other weights)", path);
+    if (h->layer0 != m->layer0 || h->layer1 != m->layer1 || h->have_ids != m->ends)
+        return ms_err_set(err, MS_E_MISMATCH, "%s: holds layers %lld-%lld%s; this engine runs "
+                          "layers %d-%d%s", path, (long long)h->layer0, (long long)h->layer1 - 1,
+                          h->have_ids ? " with the ids" : "", m->layer0, m->layer1 - 1,
+                          m->ends ? " with the embedding and head" : "");
     if (h->pos < 0 || h->pos > h->ctx || h->ctx < 1 || h->ctx > (INT64_C(1) << 40))
         return ms_err_set(err, MS_E_FORMAT, "%s: position %lld of a context of %lld", path,
                           (long long)h->pos, (long long)h->ctx);
@@ -198,6 +230,8 @@ int ms_session_file_ids(const char *path, const ms_engine *eng, int32_t **ids, i
     *ids = NULL;
     *n = 0;
     int rc = open_file(path, eng, NULL, &o, &h, err);
+    if (rc == 0 && !h.have_ids)
+        rc = ms_err_set(err, MS_E_ARG, "%s: a pipeline stage's part holds no ids", path);
     if (rc == 0) {
         *ids = malloc(sizeof **ids * (size_t)(h.pos ? h.pos : 1));
         if (!*ids)
@@ -219,15 +253,21 @@ int ms_session_file_ids(const char *path, const ms_engine *eng, int32_t **ids, i
 int ms_session_load(ms_session *s, const char *path, ms_error *err)
 {
     const ms_model *m = s->eng->model;
-    if (s->eng->link.send || !m->ends || m->layer0 || m->layer1 < m->n_layers)
-        return ms_err_set(err, MS_E_UNSUPPORTED, "%s: a session's cache in a file is not "
-                          "available with pipeline stages (the other stages hold their "
-                          "layers' caches)", path);
     io o;
     header h;
     int rc = open_file(path, s->eng, s, &o, &h, err);
+    if (rc == 0 && s->eng->link.send) {
+        /* the other stages' parts, once this file's header is good; one
+         * that fails leaves every stage to be truncated to an empty session */
+        rc = stage_files(s, MS_STAGE_LOAD, path, err);
+        if (rc) {
+            s->pos = 0;
+            s->have_logits = 0;
+        }
+    }
     int32_t *ids = NULL;
-    if (rc == 0) { /* the ids first, in a copy: the session changes only once all is read */
+    /* the ids first, in a copy: the session changes only once all is read */
+    if (rc == 0 && h.have_ids) {
         ids = malloc(sizeof *ids * (size_t)(h.pos ? h.pos : 1));
         if (!ids || get(&o, ids, sizeof *ids * (size_t)h.pos))
             rc = ms_err_set(err, ids ? MS_E_FORMAT : MS_E_NOMEM, "%s: cut short", path);
@@ -242,19 +282,31 @@ int ms_session_load(ms_session *s, const char *path, ms_error *err)
     }
     if (rc == 0 && h.have_logits && get(&o, s->logits, sizeof *s->logits * (size_t)m->vocab))
         rc = ms_err_set(err, MS_E_FORMAT, "%s: cut short", path);
-    for (int l = 0; rc == 0 && l < m->n_layers; l++)
+    for (int l = m->layer0; rc == 0 && l < m->layer1; l++)
         if (get_layer(&o, &s->kv[l], h.pos, l, err))
             rc = o.bad ? ms_err_set(err, MS_E_FORMAT, "%s: cut short", path) : -1;
     uint64_t want = o.sum, sum = 0;
     if (rc == 0 && (fread(&sum, 1, sizeof sum, o.f) != sizeof sum || sum != want))
         rc = ms_err_set(err, MS_E_FORMAT, "%s: checksum mismatch (a damaged file)", path);
     if (rc == 0) {
-        memcpy(s->hist, ids, sizeof *ids * (size_t)h.pos);
+        if (h.have_ids)
+            memcpy(s->hist, ids, sizeof *ids * (size_t)h.pos);
         s->pos = h.pos;
         s->have_logits = (int)h.have_logits;
     }
     free(ids);
     if (o.f)
         fclose(o.f);
+    return rc;
+}
+
+int ms_session_file_remove(const ms_engine *eng, const char *path, ms_error *err)
+{
+    const ms_stage_link *k = &eng->link;
+    int rc = 0;
+    if (k->send && k->file)
+        rc = k->file(k->user, MS_STAGE_REMOVE, 0, 0, 0, path, err);
+    if (unlink(path) != 0 && errno != ENOENT && rc == 0)
+        rc = ms_err_set(err, MS_E_IO, "%s: cannot remove (%s)", path, strerror(errno));
     return rc;
 }

@@ -3,8 +3,8 @@
 # --pipeline --parallel 2` answers the same concurrent completions and chat
 # requests (greedy) with the same text as the one-process server, its
 # decode steps batched across slots (micro-batches in flight); chat gives
-# one process's answers; a disk prompt cache is refused with the reason;
-# SIGTERM to mpirun stops every rank. A tiny gpt_oss over the released
+# one process's answers; prompt caches on disk (each stage its part) give
+# the answer of no cache; SIGTERM to mpirun stops every rank. A tiny gpt_oss over the released
 # o200k tokenizer. Skipped, saying so, where there is no MPI build.
 cd "$(dirname "$0")/../.." && . tests/init.sh pipeline_serve
 MPI=${MS_BUILD:-build}/moestream-mpi
@@ -109,11 +109,46 @@ else
   fail pipeline_chat_same_ids "$(tail -2 "$W/chat2.err" | tr '\n' ' ')"
 fi
 
-# a disk prompt cache needs every stage's cache in the file: refused, saying so
-out=$(timeout 60 "$W/mpi2" serve "$M" --port 0 --prompt-cache-disk 16M --prompt-cache-dir "$W/pcd" 2>&1); rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q -- "--prompt-cache-disk is not available with --pipeline"; then
-  pass pipeline_serve_disk_cache_refused
+# prompt caches on disk over two ranks: A's conversation leaves its only
+# slot for B and C, each stage writing its part, and comes back from the
+# files, with the answer it gets from one process with no cache at all
+convo() { # URL -> A's second turn: its cached tokens, then its answer
+  $PY - "$1" <<'P'
+import json, sys, urllib.request
+url = sys.argv[1]
+def complete(prompt):
+    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions",
+        data=json.dumps({"prompt": prompt, "max_tokens": 8, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json"}), timeout=120)
+    return json.load(r)
+a = ("Conversation A: apples, their many uses in cooking, the orchards where they grow, "
+     "the varieties people keep for winter and the ones they press for cider in autumn.")
+complete(a)
+for who in ("B: bananas", "C: cherries"):  # long enough to be saved too (32 tokens)
+    complete("Conversation " + who + ", where they grow best, how they are shipped across "
+             "the oceans, ripened in warehouses and sold in the markets all the year round.")
+r2 = complete(a + " And pears?")
+print(r2["usage"]["prompt_tokens_details"]["cached_tokens"], json.dumps(r2["choices"][0]["text"]))
+P
+}
+BIN=$W/mpi2 start_server pd "$M" --parallel 1 --threads 1 --prompt-cache-disk 64M \
+  --prompt-cache-dir "$W/pcd" || exit 1
+read -r reuse_d ans_d <<<"$(convo "$pd_url")"
+parts=$(ls "$W/pcd"/*.kv.stage1 2>/dev/null | wc -l)
+curl -s "$pd_url/metrics" >"$W/pd.metrics"
+kill -TERM "$pd_pid"; wait "$pd_pid"; pd_pid=
+start_server plain "$M" --parallel 1 || exit 1
+read -r reuse_n ans_n <<<"$(convo "$plain_url")"
+stop_server plain
+loaded=$(sed -n 's/^moestream_prompt_cache_disk_loaded_total \([0-9]*\)/\1/p' "$W/pd.metrics")
+if [ "${reuse_d:-0}" -ge 32 ] && [ "${reuse_n:-0}" -lt "${reuse_d:-0}" ] && [ "${loaded:-0}" -ge 1 ] &&
+   [ -n "$ans_d" ] && [ "$ans_d" = "$ans_n" ]; then
+  pass "pipeline_prompt_cache_on_disk (reused $reuse_d from disk, $reuse_n without; stage 1 parts: $parts)"
 else
-  fail pipeline_serve_disk_cache_refused "rc=$rc: $(printf '%s' "$out" | tail -2 | tr '\n' ' ')"
+  fail pipeline_prompt_cache_on_disk "reused ${reuse_d:-?} (without ${reuse_n:-?}), loaded ${loaded:-?}, parts $parts, answers $ans_d / $ans_n; $(grep -i 'prompt cache' "$W/pd.log" | tail -2)"
 fi
+# B and C stay on disk, each with its stage part; A's went with its file
+files=$(ls "$W/pcd"/*.kv 2>/dev/null | wc -l)
+[ "$files" -eq 2 ] && [ "$parts" -eq 2 ] && pass pipeline_prompt_cache_parts_with_their_files ||
+  fail pipeline_prompt_cache_parts_with_their_files "$files files, $parts stage 1 parts: $(ls "$W/pcd")"
 [ $fails -eq 0 ]

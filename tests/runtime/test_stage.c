@@ -2,12 +2,14 @@
  * ranges of its layers, linked by a queue that runs the later stages at
  * once (the transport app/pipeline_mpi.c replaces), gives bit for bit the
  * logits of one engine over the whole model: a prompt (every row), greedy
- * decode steps, a rewind and a new branch, and a batched step of two
- * sessions, with micro-batches (in_flight 1 and 3). On every family's
+ * decode steps, a rewind and a new branch, a batched step of two sessions,
+ * and a session saved to a file (each stage its part) and loaded into
+ * another, with micro-batches (in_flight 1 and 3). On every family's
  * upstream fixture and on the tiny checkpoints of tools/tinyckpt. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "moestream.h"
@@ -89,14 +91,38 @@ static void q_closed(void *user, uint64_t sid)
     c->closed++;
 }
 
+/* Each later stage's part of a session file, beside path. */
+static int q_file(void *user, int op, uint64_t sid, int64_t ctx, int32_t kvf, const char *path,
+                  ms_error *err)
+{
+    chain *c = user;
+    for (int k = 0; k < c->n; k++) {
+        char part[600];
+        if (ms_stage_file_path(path, k + 1, part, sizeof part))
+            return -1;
+        if (op == MS_STAGE_REMOVE) {
+            unlink(part);
+            continue;
+        }
+        int slot = slot_of(c, sid, ctx, kvf, err);
+        if (slot < 0 || (op == MS_STAGE_SAVE ? ms_session_save(c->ss[k][slot], part, err)
+                                             : ms_session_load(c->ss[k][slot], part, err)))
+            return -1;
+    }
+    return 0;
+}
+
 #define NP 13
 #define STEPS 4
 
+#define ROWS (NP + STEPS + 3 + 2 + 2)
+
 /* Everything one model gives for the script below: the prompt's rows, the
- * greedy steps, the branch after a rewind, a batched step. */
-static float *script(ms_engine *eng, int V, ms_error *err)
+ * greedy steps, the branch after a rewind, a batched step, a session saved
+ * to `path` and loaded into another, both going on by one token. */
+static float *script(ms_engine *eng, int V, const char *path, ms_error *err)
 {
-    size_t rows = NP + STEPS + 3 + 2;
+    size_t rows = ROWS;
     float *out = calloc(rows * (size_t)V, sizeof *out), *o = out;
     ms_session *a = NULL, *b = NULL;
     ms_session_opts so = {.ctx = 64};
@@ -124,10 +150,22 @@ static float *script(ms_engine *eng, int V, ms_error *err)
     rc = rc ? rc : ms_session_eval_batch(ab, two, 2, err);
     if (rc == 0) {
         memcpy(o, ms_session_logits(a), (size_t)V * 4), o += V;
-        memcpy(o, ms_session_logits(b), (size_t)V * 4);
+        memcpy(o, ms_session_logits(b), (size_t)V * 4), o += V;
     }
+    /* a's cache in a file (every stage's part), into a new session */
+    ms_session *c = NULL;
+    int32_t six = 6;
+    rc = rc ? rc : ms_session_save(a, path, err) || ms_session_eval(a, &six, 1, NULL, err) ||
+                   ms_session_open(eng, &so, &c, err) || ms_session_load(c, path, err) ||
+                   ms_session_eval(c, &six, 1, NULL, err);
+    if (rc == 0) {
+        memcpy(o, ms_session_logits(a), (size_t)V * 4), o += V;
+        memcpy(o, ms_session_logits(c), (size_t)V * 4);
+    }
+    rc = rc ? rc : ms_session_file_remove(eng, path, err);
     ms_session_close(a);
     ms_session_close(b);
+    ms_session_close(c);
     if (rc) {
         free(out);
         return NULL;
@@ -145,7 +183,9 @@ static void check_model(const char *dir, const char *name)
         return;
     }
     int V = ms_engine_info(whole)->vocab_size;
-    float *ref = script(whole, V, &err);
+    char path[512], part[600];
+    snprintf(path, sizeof path, "%s/stage_%s.kv", t_tmpdir(), name);
+    float *ref = script(whole, V, path, &err);
     ms_engine_close(whole);
     CHECK(ref, "%s: whole model: %s", name, err.msg);
     int64_t *lb = NULL, ends = 0;
@@ -153,11 +193,15 @@ static void check_model(const char *dir, const char *name)
     CHECK(ms_layer_bytes(dir, &lb, &L, &ends, &err) == 0 && L >= 2 && ends > 0 && lb[0] > 0,
           "%s: layer bytes: %s", name, err.msg);
     free(lb);
-    size_t rows = NP + STEPS + 3 + 2;
+    size_t rows = ROWS;
+    if (ref)
+        CHECK(memcmp(ref + (ROWS - 2) * (size_t)V, ref + (ROWS - 1) * (size_t)V,
+                     (size_t)V * 4) == 0, "%s: a session loaded from a file goes on as the "
+              "saved one", name);
     for (int K = 2; ref && K <= MAX_STAGES && K <= L; K++)
         for (int inflight = 1; inflight <= 3; inflight += 2) {
             chain c = {.n = K - 1};
-            ms_stage_link link = {q_send, q_recv, q_closed, &c, inflight};
+            ms_stage_link link = {q_send, q_recv, q_closed, q_file, &c, inflight};
             int cut[MAX_STAGES + 1];
             for (int k = 0; k <= K; k++)
                 cut[k] = L * k / K;
@@ -169,14 +213,17 @@ static void check_model(const char *dir, const char *name)
                                      .stage_no_ends = 1};
                 ok = ms_engine_open(dir, &so, &c.eng[k - 1], &err) == 0;
             }
-            float *got = ok ? script(e0, V, &err) : NULL;
+            float *got = ok ? script(e0, V, path, &err) : NULL;
             CHECK(got, "%s: %d stages: %s", name, K, err.msg);
             if (got)
                 CHECK(memcmp(got, ref, rows * (size_t)V * 4) == 0,
                       "%s: %d stages, %d in flight: logits differ from the whole model", name,
                       K, inflight);
-            CHECK(c.nq == 0 && c.closed == 2, "%s: %d stages: %d results left, %d closes",
+            CHECK(c.nq == 0 && c.closed == 3, "%s: %d stages: %d results left, %d closes",
                   name, K, c.nq, c.closed);
+            ms_stage_file_path(path, 1, part, sizeof part);
+            CHECK(access(path, F_OK) != 0 && access(part, F_OK) != 0,
+                  "%s: %d stages: the session file or its stage 1 part is left", name, K);
             free(got);
             ms_engine_close(e0);
             for (int k = 0; k < K - 1; k++) {
