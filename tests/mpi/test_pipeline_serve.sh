@@ -112,33 +112,14 @@ fi
 # prompt caches on disk over two ranks: A's conversation leaves its only
 # slot for B and C, each stage writing its part, and comes back from the
 # files, with the answer it gets from one process with no cache at all
-convo() { # URL -> A's second turn: its cached tokens, then its answer
-  $PY - "$1" <<'P'
-import json, sys, urllib.request
-url = sys.argv[1]
-def complete(prompt):
-    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions",
-        data=json.dumps({"prompt": prompt, "max_tokens": 8, "temperature": 0}).encode(),
-        headers={"Content-Type": "application/json"}), timeout=120)
-    return json.load(r)
-a = ("Conversation A: apples, their many uses in cooking, the orchards where they grow, "
-     "the varieties people keep for winter and the ones they press for cider in autumn.")
-complete(a)
-for who in ("B: bananas", "C: cherries"):  # long enough to be saved too (32 tokens)
-    complete("Conversation " + who + ", where they grow best, how they are shipped across "
-             "the oceans, ripened in warehouses and sold in the markets all the year round.")
-r2 = complete(a + " And pears?")
-print(r2["usage"]["prompt_tokens_details"]["cached_tokens"], json.dumps(r2["choices"][0]["text"]))
-P
-}
 BIN=$W/mpi2 start_server pd "$M" --parallel 1 --threads 1 --prompt-cache-disk 64M \
   --prompt-cache-dir "$W/pcd" || exit 1
-read -r reuse_d ans_d <<<"$(convo "$pd_url")"
+read -r reuse_d ans_d <<<"$(convo_answer "$pd_url" long)"
 parts=$(ls "$W/pcd"/*.kv.stage1 2>/dev/null | wc -l)
 curl -s "$pd_url/metrics" >"$W/pd.metrics"
 kill -TERM "$pd_pid"; wait "$pd_pid"; pd_pid=
 start_server plain "$M" --parallel 1 || exit 1
-read -r reuse_n ans_n <<<"$(convo "$plain_url")"
+read -r reuse_n ans_n <<<"$(convo_answer "$plain_url" long)"
 stop_server plain
 loaded=$(sed -n 's/^moestream_prompt_cache_disk_loaded_total \([0-9]*\)/\1/p' "$W/pd.metrics")
 if [ "${reuse_d:-0}" -ge 32 ] && [ "${reuse_n:-0}" -lt "${reuse_d:-0}" ] && [ "${loaded:-0}" -ge 1 ] &&

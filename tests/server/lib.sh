@@ -18,6 +18,7 @@
 #   stop_server NAME              SIGTERM, then the exit status must be 0 (ASan: no leaks)
 #   garbage_http URL N            N connections of malformed / mutated HTTP
 #   run_node NAME SCRIPT ARGS..   a Node test program; its FAIL lines count, so does a crash
+#   convo_answer URL [second-only|long]  three conversations over one slot (prompt caches)
 fails=${fails:-0}
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
@@ -181,4 +182,30 @@ run_node() {
   if [ $rc -ne 0 ] && [ "$n" -eq 0 ]; then
     fail "$name" "node exited with status $rc: $(tail -5 "$W/$name.node.err" | tr '\n' ' ')"
   fi
+}
+
+# convo_answer URL [second-only|long]: conversation A, then B and C (with
+# `long`, each long enough to be saved to a disk cache too), then A's second
+# turn: prints its cached tokens, then its answer; `second-only` (a restarted
+# server) goes straight to A's second turn
+convo_answer() {
+  $PY - "$@" <<'P'
+import json, sys, urllib.request
+url = sys.argv[1]
+def complete(prompt):
+    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions",
+        data=json.dumps({"prompt": prompt, "max_tokens": 8, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json"}), timeout=60)
+    return json.load(r)
+a = ("Conversation A: apples, their many uses in cooking, the orchards where they grow, "
+     "the varieties people keep for winter and the ones they press for cider in autumn.")
+if sys.argv[2:3] != ["second-only"]:  # a restarted server goes straight to A's second turn
+    complete(a)
+    for who in ("B: bananas", "C: cherries"):
+        complete("Conversation " + who + (", where they grow best, how they are shipped across "
+                 "the oceans, ripened in warehouses and sold in the markets all the year round."
+                 if sys.argv[2:3] == ["long"] else ", where they grow best and how they are shipped."))
+r2 = complete(a + " And pears?")
+print(r2["usage"]["prompt_tokens_details"]["cached_tokens"], json.dumps(r2["choices"][0]["text"]))
+P
 }

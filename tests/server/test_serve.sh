@@ -234,25 +234,6 @@ stop_server nopc
 # ---- prompt caches on disk: no cache in memory, conversations spilled to disk
 # when their session is reused; A comes back from the disk, with the answer it
 # gets without any cache; after a restart the files are found again
-convo_answer() { # URL [second-only] -> A's second turn: its cached tokens, then its answer
-  $PY - "$@" <<'P'
-import json, sys, urllib.request
-url = sys.argv[1]
-def complete(prompt):
-    r = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions",
-        data=json.dumps({"prompt": prompt, "max_tokens": 8, "temperature": 0}).encode(),
-        headers={"Content-Type": "application/json"}), timeout=60)
-    return json.load(r)
-a = ("Conversation A: apples, their many uses in cooking, the orchards where they grow, "
-     "the varieties people keep for winter and the ones they press for cider in autumn.")
-if sys.argv[2:3] != ["second-only"]:  # a restarted server goes straight to A's second turn
-    complete(a)
-    for who in ("B: bananas", "C: cherries"):
-        complete("Conversation " + who + ", where they grow best and how they are shipped.")
-r2 = complete(a + " And pears?")
-print(r2["usage"]["prompt_tokens_details"]["cached_tokens"], json.dumps(r2["choices"][0]["text"]))
-P
-}
 start_server pd "$M" --parallel 1 --prompt-cache-disk 64M --prompt-cache-dir "$W/pcd" || exit 1
 read -r reuse_d ans_d <<<"$(convo_answer "$pd_url")"
 curl -s "$pd_url/metrics" >"$W/pd.metrics"
