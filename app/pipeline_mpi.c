@@ -286,7 +286,8 @@ static void link_closed(void *user, uint64_t sid)
 }
 
 /* A session file's parts on the other stages: every rank is asked, then
- * every answer waited for; the first failure is the call's. */
+ * every answer waited for (a rank that cannot do its part says why); the
+ * first failure is the call's. */
 static int link_file(void *user, int op, uint64_t sid, int64_t ctx, int32_t kvf,
                      const char *path, ms_error *err)
 {
@@ -315,6 +316,8 @@ static int link_file(void *user, int op, uint64_t sid, int64_t ctx, int32_t kvf,
             snprintf(err->msg, sizeof err->msg, "%s", a ? a : e.msg);
         }
         free(a);
+        if (!a) /* a rank's error or the timeout: the job is ending, ask no more */
+            break;
     }
     return rc;
 }

@@ -4,7 +4,7 @@
 # requests (greedy) with the same text as the one-process server, its
 # decode steps batched across slots (micro-batches in flight); chat gives
 # one process's answers; prompt caches on disk (each stage its part) give
-# the answer of no cache; SIGTERM to rank 0 stops the job cleanly, to mpirun
+# the answer of no cache, and a lost part is named and costs only time; SIGTERM to rank 0 stops the job cleanly, to mpirun
 # leaves no rank behind. A tiny gpt_oss over the released
 # o200k tokenizer. Skipped, saying so, where there is no MPI build.
 cd "$(dirname "$0")/../.." && . tests/init.sh pipeline_serve
@@ -150,4 +150,22 @@ fi
 files=$(ls "$W/pcd"/*.kv 2>/dev/null | wc -l)
 [ "$files" -eq 2 ] && [ "$parts" -eq 2 ] && pass pipeline_prompt_cache_parts_with_their_files ||
   fail pipeline_prompt_cache_parts_with_their_files "$files files, $parts stage 1 parts: $(ls "$W/pcd")"
+# a stage's part gone: the returning conversation is evaluated afresh (its
+# answer unchanged), the failure said with the rank named
+B="Conversation B: bananas, where they grow best, how they are shipped across the oceans, ripened in warehouses and sold in the markets all the year round. And pears?"
+for f in "$W/pcd"/*.kv.stage1; do rm -f "$f"; done
+BIN=$W/mpi2 start_server pd2 "$M" --parallel 1 --threads 1 --prompt-cache-disk 64M \
+  --prompt-cache-dir "$W/pcd" || exit 1
+got=$(curl -s -m 120 "$pd2_url/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": \"$B\", \"max_tokens\": 8, \"temperature\": 0}" |
+  $PY -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))')
+want=$("$BIN" run "$M" -p "$B" --raw -n 8 --temp 0 2>/dev/null |
+  $PY -c 'import json,sys; t = sys.stdin.read(); print(json.dumps(t[:-1] if t.endswith("\n") else t))')
+kill -TERM "$pd2_pid"; gone pd2 "$pd2_pid" >/dev/null; wait "$pd2_pid" 2>/dev/null; pd2_pid=
+if grep -q "prompt cache .* not loaded: rank 1: stage 1 (layers [0-9]*-2): .*stage1" "$W/pd2.log" &&
+   [ -n "$got" ] && [ "$got" = "$want" ]; then
+  pass pipeline_prompt_cache_lost_part_named
+else
+  fail pipeline_prompt_cache_lost_part_named "answer $got vs $want: $(grep -i 'prompt cache' "$W/pd2.log" | tail -2 | tr '\n' ' ')"
+fi
 [ $fails -eq 0 ]
