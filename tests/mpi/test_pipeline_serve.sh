@@ -4,9 +4,10 @@
 # requests (greedy) with the same text as the one-process server, its
 # decode steps batched across slots (micro-batches in flight); chat gives
 # one process's answers; prompt caches on disk (each stage its part) give
-# the answer of no cache, and a lost part is named and costs only time; SIGTERM to rank 0 stops the job cleanly, to mpirun
-# leaves no rank behind. A tiny gpt_oss over the released
-# o200k tokenizer. Skipped, saying so, where there is no MPI build.
+# the answer of no cache, and a lost part is named and costs only time;
+# SIGTERM to rank 0 stops the job cleanly, to mpirun leaves no rank behind.
+# A tiny gpt_oss over the released o200k tokenizer. Skipped, saying so,
+# where there is no MPI build.
 cd "$(dirname "$0")/../.." && . tests/init.sh pipeline_serve
 MPI=${MS_BUILD:-build}/moestream-mpi
 if [ ! -x "$MPI" ] || ! command -v mpirun >/dev/null; then
