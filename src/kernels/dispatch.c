@@ -32,16 +32,19 @@ static _Atomic(const ms_kernel_ops *) active;
 /* Zen 5 wants 8 KiB ahead in column order whatever the product (matvec
  * BF16 28-29 -> 33-35 GB/s a core, FP8 15 -> 25) and 2 KiB for MXFP4. On
  * an Intel Xeon with AMX (Sapphire/Granite Rapids class) 8 KiB slowed a
- * BF16 matvec to 10.2 GB/s a core against 12.9 at 1 KiB (F16 11.8 vs 13.4,
- * F32 13.4 vs 13.7), while FP8 and the batched products still gained from
- * 8 KiB (BF16 n = 8: 58 vs 51 GFLOP/s a core; FP8 66 vs 48); MXFP4 2 KiB. */
+ * BF16 matvec of 4096 columns to 10.2 GB/s a core against 12.9 at 1 KiB
+ * (F16 11.8 vs 13.4, F32 13.4 vs 13.7), while FP8 and the batched products
+ * still gained from 8 KiB (BF16 n = 8: 58 vs 51 GFLOP/s a core; FP8 66 vs
+ * 48); MXFP4 2 KiB. In whole decodes there, 2 KiB near: gpt-oss-20b as
+ * fast as at 1 KiB (195.5 vs 193.4 ms/token; 8 KiB 233.9), Qwen3's short
+ * expert rows better than at 1 KiB (90.4 vs 96.1 ms; 8 KiB 86.2). */
 ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048};
 
 static void choose(void)
 {
     __builtin_cpu_init();
     if (!__builtin_cpu_is("amd"))
-        ms_prefetch_bytes.near = 1024;
+        ms_prefetch_bytes.near = 2048;
     chosen = ms_kernels_avx512();
     if (!chosen)
         chosen = ms_kernels_avx2();
