@@ -108,7 +108,7 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
 
 /* --pipeline: every stage's counters at a phase boundary (snap[0]: its
  * layers only; rank 0's counters are the session's). */
-enum { MAX_STAGES = 64 };
+#define MAX_STAGES PIPELINE_MAX_RANKS
 static int stage_snap(pipeline_stage *snap, ms_error *err)
 {
     for (int r = 0; r < pipeline_stages() && r < MAX_STAGES; r++)

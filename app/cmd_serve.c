@@ -97,8 +97,7 @@ int cmd_serve(int argc, char **argv)
         ms_session *s = NULL;
         ms_error err = {0};
         cli_open(&o, &eng, &s, &err); /* serves the stage, then exits */
-        fprintf(stderr, "moestream: %s\n", err.msg);
-        return 1;
+        return cli_fail(&err);
     }
 
     /* Signals are taken by sigwait() below: block them before any thread starts. */

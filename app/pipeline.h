@@ -17,6 +17,8 @@ int pipeline_open(const cli_args *a, ms_engine_opts *eo, ms_error *err);
  * process's rank, 0 being the front end; otherwise 0. A command whose rank 0
  * does more than compute (serve listens) asks first. */
 int pipeline_rank(const cli_args *a);
+/* The most ranks (stages) a pipeline has. */
+#define PIPELINE_MAX_RANKS 64
 /* Rank 0 of a pipeline of two stages or more: their number; else 0. */
 int pipeline_stages(void);
 /* What stage r (0 .. pipeline_stages() - 1) has done so far, asked of its

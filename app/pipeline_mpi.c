@@ -43,7 +43,7 @@ static int pl_err(ms_error *err, int code, const char *fmt, ...)
 #include <signal.h>
 #include <time.h>
 
-#define MAX_RANKS 64
+#define MAX_RANKS PIPELINE_MAX_RANKS
 #define MAX_STEP_SESSIONS 256 /* sessions of one batched step (MS_MAX_BATCH) */
 enum { TAG_DATA = 1, TAG_CTRL, TAG_ERR, TAG_OPEN, TAG_STATS, TAG_FILE };
 enum { OP_CLOSE = 1, OP_STATS, OP_STOP, OP_FILE };

@@ -10,9 +10,9 @@
  * in use; last an FNV-1a checksum of all that precedes it. A pipeline
  * stage's part holds only its layers (no ids, no logits) in a file of its
  * own; the first engine asks the others for theirs (ms_stage_link.file)
- * and writes its own last. The identity hashes the checkpoint folder's real path,
- * its config.json and its shards' sizes and modification times, so another
- * model, or the same folder with other weights, is refused. Loading needs a
+ * and writes its own last. The identity hashes the checkpoint folder's
+ * real path, its config.json and its shards' sizes and modification times,
+ * so another model, or the same folder with other weights, is refused. Loading needs a
  * session of the same engine, context and KV format. Files are written
  * under a temporary name and renamed into place. */
 #include <errno.h>
@@ -256,14 +256,11 @@ int ms_session_load(ms_session *s, const char *path, ms_error *err)
     io o;
     header h;
     int rc = open_file(path, s->eng, s, &o, &h, err);
-    if (rc == 0 && s->eng->link.send) {
-        /* the other stages' parts, once this file's header is good; one
-         * that fails leaves every stage to be truncated to an empty session */
-        rc = stage_files(s, MS_STAGE_LOAD, path, err);
-        if (rc) {
-            s->pos = 0;
-            s->have_logits = 0;
-        }
+    /* the other stages' parts, once this file's header is good; one that
+     * fails leaves every stage to be truncated to an empty session */
+    if (rc == 0 && (rc = stage_files(s, MS_STAGE_LOAD, path, err))) {
+        s->pos = 0;
+        s->have_logits = 0;
     }
     int32_t *ids = NULL;
     /* the ids first, in a copy: the session changes only once all is read */
