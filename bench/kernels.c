@@ -31,7 +31,7 @@
 #define COLS 4096
 #define BATCH 8
 #define ROUNDS 5
-#define N_TABLES 4
+#define N_TABLES 5
 
 static double now(void)
 {
@@ -212,8 +212,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < BATCH * COLS; i++)
         X[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
     const ms_kernel_ops *tables[N_TABLES] = {ms_kernels_scalar(), ms_kernels_avx2(),
-                                             ms_kernels_avx512(), ms_kernels_avx512_bf16()};
-    const char *names[N_TABLES] = {"scalar", "avx2", "avx512", "avx512-bf16-fast"};
+                                             ms_kernels_avx512(), ms_kernels_avx512_bf16(),
+                                             ms_kernels_avx512_amx()};
+    const char *names[N_TABLES] = {"scalar", "avx2", "avx512", "avx512-bf16-fast", "avx512-amx"};
     for (int k = 0; k < N_TABLES; k++)
         if (!tables[k])
             printf("skipped: the %s table (this CPU lacks its instructions)\n", names[k]);

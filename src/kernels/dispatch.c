@@ -45,7 +45,9 @@ static void choose(void)
     __builtin_cpu_init();
     if (!__builtin_cpu_is("amd"))
         ms_prefetch_bytes.near = 2048;
-    chosen = ms_kernels_avx512();
+    chosen = ms_kernels_avx512_amx();
+    if (!chosen)
+        chosen = ms_kernels_avx512();
     if (!chosen)
         chosen = ms_kernels_avx2();
     if (!chosen)

@@ -32,7 +32,9 @@
 #define U (1.0 / 16777216.0)
 #define TINY_ABS 1e-42
 #define FAST_ABS 1e-37
-#define MAX_N 9
+/* tokens of the accuracy and batching checks: three of the AMX table's
+ * five-token groups, so that a pair and a lone group both run */
+#define MAX_N 13
 
 static const ms_kernel_ops *cur_ops; /* parameters of the running case */
 static ms_wfmt cur_fmt;
@@ -45,10 +47,20 @@ static int is_fast(ms_wfmt fmt)
            (fmt == MS_WFMT_BF16 || fmt == MS_WFMT_MXFP4);
 }
 
+/* Whether (table, format) runs on the AMX tile unit, which flushes
+ * subnormal inputs and results to zero. */
+static int is_tiles(ms_wfmt fmt)
+{
+    return cur_ops && cur_ops == ms_kernels_avx512_amx() &&
+           (fmt == MS_WFMT_BF16 || fmt == MS_WFMT_MXFP4);
+}
+
 static double tol_for(ms_wfmt fmt, int64_t cols)
 {
     int extra = fmt == MS_WFMT_FP8_BLOCK ? 4 : fmt == MS_WFMT_MXFP4 ? 3 : 1;
-    cur_abs = is_fast(fmt) ? FAST_ABS * (double)cols : TINY_ABS;
+    if (is_tiles(fmt))
+        extra += 3; /* the three parts of x added at the end */
+    cur_abs = is_fast(fmt) || is_tiles(fmt) ? FAST_ABS * (double)cols : TINY_ABS;
     return 2.0 * (double)(cols + extra) * U + (is_fast(fmt) ? 2.0 / 512.0 : 0.0);
 }
 
@@ -278,7 +290,7 @@ static double worst_ratio(const ms_mat *m, const float *X, int n, const float *Y
 
 /* ---- the op tables under test ---- */
 
-static const ms_kernel_ops *tables[4];
+static const ms_kernel_ops *tables[5];
 static int n_tables;
 
 static const char *fmt_name(ms_wfmt f)
@@ -323,7 +335,7 @@ static float *run_rows(const ms_kernel_ops *ops, const ms_mat *m, const float *X
     return Y;
 }
 
-/* One spec: accuracy for 9 tokens, then the determinism contract. */
+/* One spec: accuracy for MAX_N tokens, then the determinism contract. */
 static void check_spec(const spec *s)
 {
     fixture f = make_fixture(s);
@@ -337,9 +349,9 @@ static void check_spec(const spec *s)
     /* matvec of each token alone */
     for (int t = 0; t < MAX_N; t++)
         run_rows(cur_ops, &f.m, X + t * s->cols, 1, 0, s->rows, Y1 + t * s->rows);
-    CHECK(memcmp(Y, Y1, ysz) == 0, "%lldx%lld: 9-token batch differs from 9 matvecs",
-          (long long)s->rows, (long long)s->cols);
-    /* every batch size 1..8 (token groups of 1-4 in every mix) */
+    CHECK(memcmp(Y, Y1, ysz) == 0, "%lldx%lld: %d-token batch differs from matvecs",
+          (long long)s->rows, (long long)s->cols, MAX_N);
+    /* every smaller batch (token groups of 1-4, or 1-5, in every mix) */
     for (int n = 1; n < MAX_N; n++) {
         run_rows(cur_ops, &f.m, X, n, 0, s->rows, Yp);
         CHECK(memcmp(Yp, Y1, (size_t)n * (size_t)s->rows * sizeof(float)) == 0,
@@ -548,7 +560,9 @@ static void case_checker_fails(void)
 
 static void case_dispatch(void)
 {
-    const ms_kernel_ops *best = ms_kernels_avx512();
+    const ms_kernel_ops *best = ms_kernels_avx512_amx();
+    if (!best)
+        best = ms_kernels_avx512();
     if (!best)
         best = ms_kernels_avx2();
     if (!best)
@@ -578,10 +592,11 @@ static void run_named(const char *what, void (*fn)(void))
 
 int main(void)
 {
-    const ms_kernel_ops *all[4] = {ms_kernels_scalar(), ms_kernels_avx2(), ms_kernels_avx512(),
-                                   ms_kernels_avx512_bf16()};
-    static const char *names[4] = {"scalar", "avx2", "avx512", "avx512_bf16 (fast)"};
-    for (int i = 0; i < 4; i++) {
+    const ms_kernel_ops *all[5] = {ms_kernels_scalar(), ms_kernels_avx2(), ms_kernels_avx512(),
+                                   ms_kernels_avx512_bf16(), ms_kernels_avx512_amx()};
+    static const char *names[5] = {"scalar", "avx2", "avx512", "avx512_bf16 (fast)",
+                                   "avx512_amx (AMX-TILE and AMX-BF16, granted by the OS)"};
+    for (int i = 0; i < 5; i++) {
         if (all[i])
             tables[n_tables++] = all[i];
         else
