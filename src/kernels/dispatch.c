@@ -45,9 +45,9 @@ static void choose(void)
     __builtin_cpu_init();
     if (!__builtin_cpu_is("amd"))
         ms_prefetch_bytes.near = 2048;
-    chosen = ms_kernels_avx512_amx();
-    if (!chosen)
-        chosen = ms_kernels_avx512();
+    /* not the AMX table (x86_amx.c): it doubles prefill but slowed decode
+     * of Qwen3's short BF16 expert rows (docs/perf.md, "AMX") */
+    chosen = ms_kernels_avx512();
     if (!chosen)
         chosen = ms_kernels_avx2();
     if (!chosen)

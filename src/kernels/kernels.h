@@ -139,9 +139,9 @@ const ms_kernel_ops *ms_kernels_avx512(void);
 /* The opt-in fast table (--precision fast): avx512 with BF16 and MXFP4
  * products by vdpbf16ps over activations rounded to bf16; not exact. */
 const ms_kernel_ops *ms_kernels_avx512_bf16(void);
-/* The exact AMX table: avx512 with BF16 and MXFP4 products on the tile
- * unit (AMX-BF16), activations split exactly into three bf16 parts; the
- * default exact table where the CPU and the OS allow it. */
+/* The exact AMX table: avx512 with BF16 products on the tile unit
+ * (AMX-BF16), activations split exactly into three bf16 parts. Tested and
+ * benchmarked, not chosen: prefill 2x faster, decode slower (perf.md). */
 const ms_kernel_ops *ms_kernels_avx512_amx(void);
 
 /* The exact table for this CPU, chosen once (thread-safe): the fastest

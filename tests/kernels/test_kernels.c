@@ -51,8 +51,7 @@ static int is_fast(ms_wfmt fmt)
  * subnormal inputs and results to zero. */
 static int is_tiles(ms_wfmt fmt)
 {
-    return cur_ops && cur_ops == ms_kernels_avx512_amx() &&
-           (fmt == MS_WFMT_BF16 || fmt == MS_WFMT_MXFP4);
+    return cur_ops && cur_ops == ms_kernels_avx512_amx() && fmt == MS_WFMT_BF16;
 }
 
 static double tol_for(ms_wfmt fmt, int64_t cols)
@@ -560,9 +559,7 @@ static void case_checker_fails(void)
 
 static void case_dispatch(void)
 {
-    const ms_kernel_ops *best = ms_kernels_avx512_amx();
-    if (!best)
-        best = ms_kernels_avx512();
+    const ms_kernel_ops *best = ms_kernels_avx512();
     if (!best)
         best = ms_kernels_avx2();
     if (!best)
