@@ -1,9 +1,13 @@
-/* The exact AMX table: the AVX-512 table with its BF16 and MXFP4 products
- * run on the tile unit (AMX-BF16's TDPBF16PS: C[16][16] float32 +=
- * A[16][32] x B[32][16] bf16, 16 x 16 x 32 multiply-adds per instruction).
- * The other formats, dot, axpy, attention and widening are AVX-512's.
+/* The exact AMX table: the AVX-512 table with its BF16 products run on
+ * the tile unit (AMX-BF16's TDPBF16PS: C[16][16] float32 += A[16][32] x
+ * B[32][16] bf16, 16 x 16 x 32 multiply-adds per instruction). The other
+ * formats, dot, axpy, attention and widening are AVX-512's. Not chosen by
+ * the dispatcher yet: it doubles prefill but slows decode of short rows
+ * (docs/perf.md, "AMX"). The MXFP4 tile kernel below (rows_mxfp4) is kept
+ * out of the table: its weight decode costs what the whole AVX-512 kernel
+ * does, and its matvec ran at half the speed.
  *
- * Exact, and so the default where the CPU has it. Every BF16 and MXFP4
+ * Exact. Every BF16 and MXFP4
  * weight is a bf16 number, and each float32 activation is split without
  * loss into three bf16 numbers, x = h + m + l: h is x with its low 16 bits
  * cleared, m the same of x - h, l = x - h - m (8 + 8 + 8 significant
