@@ -3,12 +3,11 @@
  * B[32][16] bf16, 16 x 16 x 32 multiply-adds per instruction). The other
  * formats, dot, axpy, attention and widening are AVX-512's. Not chosen by
  * the dispatcher yet: it doubles prefill but slows decode of short rows
- * (docs/perf.md, "AMX"). The MXFP4 tile kernel below (rows_mxfp4) is kept
- * out of the table: its weight decode costs what the whole AVX-512 kernel
- * does, and its matvec ran at half the speed.
+ * (docs/perf.md, "AMX"). MXFP4 stays on AVX-512: decoding its weights to
+ * bf16 for the tiles costs what the whole AVX-512 kernel does, and such a
+ * matvec ran at half the speed.
  *
- * Exact. Every BF16 and MXFP4
- * weight is a bf16 number, and each float32 activation is split without
+ * Exact. Every BF16 weight is a bf16 number, and each float32 activation is split without
  * loss into three bf16 numbers, x = h + m + l: h is x with its low 16 bits
  * cleared, m the same of x - h, l = x - h - m (8 + 8 + 8 significant
  * bits; each subtraction is exact). So every product the unit forms is
@@ -19,12 +18,9 @@
  * inf); activations are never infinite in the families.
  *
  * Operands, per block of 32 weight rows:
- *  - A (tiles 0, 1: rows 0-15 and 16-31, 32 columns each) is the weights
- *    as bf16, read in place for BF16 (stride = the matrix row) and decoded
- *    for MXFP4 into a per-thread panel with the group's scale folded into
- *    the exponent: v * 2^(s-127) is a bf16 number for 2 <= s <= 252. A row
- *    holding any other scale byte (none in the releases) is computed by the
- *    AVX-512 kernel instead: a property of the row, so the contract holds.
+ *  - A (tiles 0, 1: rows 0-15 and 16-31, 32 columns each) is the weights,
+ *    read in place (stride = the matrix row), or copied zero-padded for
+ *    the last block and for columns that do not fill the last tile step.
  *  - B (tiles 2, 3) is five tokens of x: column 3t + p holds part p of
  *    token t (column 15 is zero), row k the pair of columns 2k, 2k+1, as
  *    TDPBF16PS wants (the "VNNI" layout). Packed once per call.
@@ -49,7 +45,6 @@ enum {
     ROWS = 32,         /* weight rows per block: two A tiles */
     KB = 32,           /* columns per tile step */
     TILE = 1024,       /* bytes of one 16 x 64-byte tile */
-    NEAR_PANEL = 8,    /* MXFP4, one token pair: tile steps decoded at once (16 KiB, L1) */
 };
 
 /* ---- per-thread scratch ---- */
@@ -69,7 +64,7 @@ static void arena_free(void *v)
     free(a);
 }
 
-/* NULL when memory is short: the caller then runs the AVX-512 kernel. */
+/* NULL when memory is short. */
 static uint8_t *scratch(size_t bytes)
 {
     arena *a = pthread_getspecific(arena_key);
@@ -191,45 +186,6 @@ static void pack_group(const float *X, int64_t ldx, int nt, int64_t cols, int64_
     }
 }
 
-/* ---- A: weights as bf16 ---- */
-
-/* delta[s]: 2^(s-127) as a change of a bf16 exponent field, in both words. */
-#define DELTA_1(s) ((uint32_t)(uint16_t)(((s)-127) * 128) * 0x00010001u)
-#define DELTA_4(s) DELTA_1(s), DELTA_1(s + 1), DELTA_1(s + 2), DELTA_1(s + 3)
-#define DELTA_16(s) DELTA_4(s), DELTA_4(s + 4), DELTA_4(s + 8), DELTA_4(s + 12)
-#define DELTA_64(s) DELTA_16(s), DELTA_16(s + 16), DELTA_16(s + 32), DELTA_16(s + 48)
-static const uint32_t delta[256] = {DELTA_64(0), DELTA_64(64), DELTA_64(128), DELTA_64(192)};
-
-/* Tile steps [kb0, kb0 + kbs) of MXFP4 row r as bf16 at a (64 bytes per
- * step). Returns nonzero when a scale byte of those groups is outside
- * [2, 252], where the folded value would leave bf16's normal range. */
-AI int mx_row(const ms_mat *w, int64_t r, int64_t kb0, int64_t kbs, uint8_t *a)
-{
-    /* E2M1 codes as bf16 (sign in bit 3), twice: vpermw reads 5 bits */
-    static const _Alignas(64) uint16_t codes[32] = {
-        0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
-        0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0,
-        0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
-        0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
-    const __m512i lut = _mm512_load_si512(codes);
-    const uint8_t *q = (const uint8_t *)w->w + r * (w->cols / 2) + kb0 * 16;
-    const uint8_t *s = (const uint8_t *)w->scale + r * (w->cols / 32) + kb0;
-    unsigned bad = 0;
-    for (int64_t g = 0; g < kbs; g++) {
-        /* dword i = byte i; its low nibble (column 2i) to word 2i, its
-         * high nibble to word 2i + 1 */
-        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g)));
-        __m512i idx = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12),
-                                                _mm512_set1_epi32(0x000F000F), 0xA8);
-        __m512i v = _mm512_permutexvar_epi16(idx, lut);
-        __mmask32 nz = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(7));
-        v = _mm512_mask_add_epi16(v, nz, v, _mm512_set1_epi32((int)delta[s[g]]));
-        _mm512_store_si512(a + 64 * g, v);
-        bad |= (unsigned)(s[g] - 2) > 250u;
-    }
-    return (int)bad;
-}
-
 /* ---- the tile loops ---- */
 
 /* Adds tile steps [0, kbs) of a row block (A at a, rows lda bytes apart)
@@ -298,22 +254,18 @@ static void emit(int pair, int g, int n, int64_t rb, int64_t r0, int64_t r1, flo
     }
 }
 
-static void rows_amx(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                     int64_t ldy, int64_t r0, int64_t r1)
+static void rows_bf16(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                      int64_t ldy, int64_t r0, int64_t r1)
 {
-    const ms_kernel_ops *exact = ms_kernels_avx512();
+    if (r1 <= r0)
+        return;
     int64_t kbs = ms_ceil_div(w->cols, KB);
     int groups = (n + TOKENS - 1) / TOKENS;
-    int mx = f == MS_WFMT_MXFP4;
-    /* MXFP4 with one pass over the groups: decode a few steps at a time
-     * (L1); otherwise decode a block's whole rows once for all passes */
-    int64_t panel = mx && groups <= 2 ? NEAR_PANEL : kbs;
-    int64_t a_stride = 64 * panel;
+    int64_t a_stride = 64 * kbs, row_bytes = w->cols * 2;
     size_t b_bytes = (size_t)groups * (size_t)kbs * TILE;
     uint8_t *b = scratch(b_bytes + (size_t)ROWS * (size_t)a_stride);
-    if (!b || r1 <= r0) {
-        if (r1 > r0)
-            exact->rows[f](w, X, n, ldx, Y, ldy, r0, r1);
+    if (!b) { /* out of memory: the AVX-512 kernel needs no scratch */
+        ms_kernels_avx512()->rows[MS_WFMT_BF16](w, X, n, ldx, Y, ldy, r0, r1);
         return;
     }
     uint8_t *a = b + b_bytes;
@@ -322,69 +274,35 @@ static void rows_amx(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t 
         int nt = n - g * TOKENS < TOKENS ? n - g * TOKENS : TOKENS;
         pack_group(X + g * TOKENS * ldx, ldx, nt, w->cols, kbs, b + (size_t)g * kbs * TILE);
     }
-    int64_t row_bytes = w->cols * 2;
     for (int64_t rb = r0; rb < r1; rb += ROWS) {
-        uint32_t bad = 0; /* MXFP4 rows with a scale outside bf16's reach */
-        /* BF16 in place when the block is whole and the columns fill the
-         * tile steps; else copied, zero-padded */
-        int in_place = !mx && w->cols % KB == 0 && rb + ROWS <= w->rows;
+        /* in place when the block is whole and the columns fill the tile
+         * steps; else copied, zero-padded */
+        int in_place = w->cols % KB == 0 && rb + ROWS <= w->rows;
         const uint8_t *src = in_place ? (const uint8_t *)w->w + rb * row_bytes : a;
         int64_t lda = in_place ? row_bytes : a_stride;
-        if (!mx && !in_place) {
-            for (int i = 0; i < ROWS; i++) {
-                uint8_t *dst = a + i * a_stride;
-                int64_t have = rb + i < w->rows ? row_bytes : 0;
-                if (have)
-                    memcpy(dst, (const uint8_t *)w->w + (rb + i) * row_bytes, (size_t)have);
-                memset(dst + have, 0, (size_t)(a_stride - have));
-            }
+        for (int i = 0; !in_place && i < ROWS; i++) {
+            uint8_t *dst = a + i * a_stride;
+            int64_t have = rb + i < w->rows ? row_bytes : 0;
+            if (have)
+                memcpy(dst, (const uint8_t *)w->w + (rb + i) * row_bytes, (size_t)have);
+            memset(dst + have, 0, (size_t)(a_stride - have));
         }
         for (int g = 0; g < groups; g += 2) {
             int pair = g + 1 < groups;
             const uint8_t *b0 = b + (size_t)g * kbs * TILE, *b1 = b0 + kbs * TILE;
             zero_c();
-            for (int64_t k0 = 0; k0 < kbs; k0 += panel) {
-                int64_t steps = kbs - k0 < panel ? kbs - k0 : panel;
-                if (mx && (g == 0 || panel < kbs)) {
-                    for (int i = 0; i < ROWS; i++) {
-                        if (rb + i < w->rows)
-                            bad |= (uint32_t)mx_row(w, rb + i, k0, steps, a + i * a_stride)
-                                   << i;
-                        else
-                            memset(a + i * a_stride, 0, (size_t)(64 * steps));
-                    }
-                }
-                const uint8_t *ak = mx ? a : src + 64 * k0;
-                if (pair)
-                    steps_pair(ak, lda, b0 + TILE * k0, b1 + TILE * k0, steps);
-                else
-                    steps_one(ak, lda, b0 + TILE * k0, steps);
-            }
+            if (pair)
+                steps_pair(src, lda, b0, b1, kbs);
+            else
+                steps_one(src, lda, b0, kbs);
             emit(pair, g, n, rb, r0, r1, Y, ldy);
-        }
-        for (int i = 0; bad && i < ROWS; i++) {
-            int64_t r = rb + i;
-            if (bad >> i & 1 && r >= r0 && r < r1)
-                exact->rows[f](w, X, n, ldx, Y, ldy, r, r + 1);
         }
     }
 }
 
-static void rows_bf16(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                      int64_t ldy, int64_t r0, int64_t r1)
-{
-    rows_amx(MS_WFMT_BF16, w, X, n, ldx, Y, ldy, r0, r1);
-}
-
-static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                       int64_t ldy, int64_t r0, int64_t r1)
-{
-    rows_amx(MS_WFMT_MXFP4, w, X, n, ldx, Y, ldy, r0, r1);
-}
-
 /* ---- availability ---- */
 
-static ms_kernel_ops amx_ops; /* the avx512 table with the two tile kernels */
+static ms_kernel_ops amx_ops; /* the avx512 table with the tile kernel */
 static int amx_ok;
 
 /* The CPU has AMX-TILE and AMX-BF16, the OS saves tile state (XCR0 bits 17
@@ -411,7 +329,6 @@ static void build(void)
     amx_ops = *ms_kernels_avx512();
     amx_ops.name = "avx512-amx";
     amx_ops.rows[MS_WFMT_BF16] = rows_bf16;
-    (void)rows_mxfp4;
     amx_ok = 1;
 }
 
