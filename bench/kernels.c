@@ -19,7 +19,8 @@
  * best, so it is timed once over a sixteenth of the rows.
  *
  * Usage: build/bench/kernels [MiB of weights per matrix, default 512]
- *        [--prefetch NEAR,FAR,LANES] (bytes ahead, for sweeps: ms_prefetch) */
+ *        [--prefetch NEAR,FAR,LANES] (bytes ahead, for sweeps: ms_prefetch)
+ *        [--cols N] (row length, default 4096; a multiple of 64) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@
 #include "base/pool.h"
 #include "kernels/kernels.h"
 
-#define COLS 4096
+static int64_t COLS = 4096; /* --cols */
 #define BATCH 8
 #define ROUNDS 5
 #define N_TABLES 5
@@ -192,10 +193,13 @@ int main(int argc, char **argv)
             pf.near >= 0 && pf.far >= 0 && pf.lanes >= 0) {
             ms_kernels_set_prefetch(pf);
             i++;
+        } else if (!strcmp(argv[i], "--cols") && i + 1 < argc && atol(argv[i + 1]) >= 128 &&
+                   atol(argv[i + 1]) % 64 == 0) {
+            COLS = atol(argv[++i]);
         } else if (atol(argv[i]) > 0) {
             mib = (size_t)atol(argv[i]);
         } else {
-            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES]\n");
+            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES] [--cols N]\n");
             return 2;
         }
     }
@@ -237,8 +241,8 @@ int main(int argc, char **argv)
            ms_kernels()->name, rd[0], rd[1]);
     printf("memcpy (read + write, for information): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
            cp[0], cp[1]);
-    printf("matrices: %zu MiB of weights, %d columns; floor x = time / (bytes / read stream); "
-           "best of %d interleaved rounds\n", mib, COLS, ROUNDS);
+    printf("matrices: %zu MiB of weights, %lld columns; floor x = time / (bytes / read stream); "
+           "best of %d interleaved rounds\n", mib, (long long)COLS, ROUNDS);
     ms_prefetch pf = ms_kernels_prefetch();
     printf("prefetch (exact AVX-512 table): %d bytes ahead (matvec), %d (FP8, batched), %d "
            "(MXFP4)\n\n", pf.near, pf.far, pf.lanes);

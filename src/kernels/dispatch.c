@@ -6,6 +6,7 @@
  * because the op tables compute each (token, row) independently, in one
  * rows call (see the determinism contract in kernels.h). Small products stay
  * in one task: splitting them costs more than they do. */
+#include <cpuid.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -37,14 +38,31 @@ static _Atomic(const ms_kernel_ops *) active;
  * still gained from 8 KiB (BF16 n = 8: 58 vs 51 GFLOP/s a core; FP8 66 vs
  * 48); MXFP4 2 KiB. In whole decodes there, 2 KiB near: gpt-oss-20b as
  * fast as at 1 KiB (195.5 vs 193.4 ms/token; 8 KiB 233.9), Qwen3's short
- * expert rows better than at 1 KiB (90.4 vs 96.1 ms; 8 KiB 86.2). */
+ * expert rows better than at 1 KiB (90.4 vs 96.1 ms; 8 KiB 86.2). A Zen 4
+ * core (AVX-512 on 256-bit units) reads a BF16 matvec fastest with no
+ * software prefetch at all: gpt-oss-20b's lm_head from the page cache at
+ * 13-18 GB/s on one thread against 9-11 with 8 KiB (docs/perf.md, "Zen
+ * 4"); FP8 and the batched products keep 8 KiB, MXFP4 does not care. */
 ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048};
+
+/* AMD family 19h with AVX-512 is Zen 4 (Zen 3, the same family, has
+ * none); 1Ah is Zen 5. */
+static int amd_family(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    unsigned base = (a >> 8) & 0xF, ext = (a >> 20) & 0xFF;
+    return (int)(base == 0xF ? base + ext : base);
+}
 
 static void choose(void)
 {
     __builtin_cpu_init();
     if (!__builtin_cpu_is("amd"))
         ms_prefetch_bytes.near = 2048;
+    else if (amd_family() == 0x19)
+        ms_prefetch_bytes.near = 0;
     /* not the AMX table (x86_amx.c): it doubles prefill but slowed decode
      * of Qwen3's short BF16 expert rows (docs/perf.md, "AMX") */
     chosen = ms_kernels_avx512();

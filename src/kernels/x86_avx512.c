@@ -1,10 +1,12 @@
 /* The AVX-512 op table (F, BW, VL, DQ). Compiled with its own -m flags; the
  * dispatcher only calls into it once ms_kernels_avx512() said the CPU can.
  *
- * F32, BF16, F16 and FP8 run the shared skeleton of x86_rows.h (chunks of
- * 32 columns, up to 4 tokens sharing each decoded chunk) over this file's
- * 512-bit primitives and decoders; MXFP4 runs its own lane-order loop
- * (below), which needs no byte shuffles.
+ * F32, F16 and FP8 run the shared skeleton of x86_rows.h (chunks of 32
+ * columns, up to 4 tokens sharing each decoded chunk) over this file's
+ * 512-bit primitives and decoders; BF16 and MXFP4 run the lane-order loop
+ * of x86_lanes.h (below), whose decodes need no cross-lane shuffles: on
+ * Zen 4 a variable shuffle (vpmovzxwd, vpermps) takes the FMA pipes for
+ * about half a cycle, a shift or an AND does not.
  *
  * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
  * 2^-8 (subnormals included), widened by vcvtph2ps, NaN codes patched to a
@@ -55,7 +57,8 @@ AI w32 fp8x32(__m256i raw)
     return w;
 }
 
-/* Decodes the full chunk at p (MXFP4 never comes here: lane order). */
+/* Decodes the full chunk at p (MXFP4 never comes here; BF16 only from
+ * the attention's widening: its products run in pair order). */
 AI w32 decode(ms_wfmt f, const uint8_t *p)
 {
     w32 w;
@@ -135,7 +138,6 @@ AI float x_scale(const ms_mat *w, int64_t i)
 #include "kernels/x86_rows.h"
 
 X_ROWS(f32, MS_WFMT_F32)
-X_ROWS(bf16, MS_WFMT_BF16)
 X_ROWS(f16, MS_WFMT_F16)
 X_ROWS(fp8, MS_WFMT_FP8_BLOCK)
 
@@ -327,25 +329,89 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
 }
 
-/* The lane-order loop (x86_lanes.h) over mx_transpose and mx_row_panel. */
+/* ---- BF16 in pair order ---------------------------------------------------
+ * A 64-byte load holds 32 columns, dword lane i columns 2i (low half) and
+ * 2i+1 (high half): a shift left by 16 makes the even columns' floats, an
+ * AND of the high halves the odd ones, two instructions that leave the FMA
+ * pipes alone (vpmovzxwd + shift, the column-order decode, cost a Zen 4
+ * core a third of its BF16 matvec). x is laid out to match once per call:
+ * per 32 columns, the 16 even ones, then the 16 odd ones (zero past the
+ * last column). Each (token, row) sums even columns into one accumulator
+ * and odd ones into another, in column order, then hsum(a0 + a1) per
+ * panel. */
+
+/* k (1..128) columns of x in pair order: xp[32u + i] = x[32u + 2i],
+ * xp[32u + 16 + i] = x[32u + 2i + 1]; zero past k. */
+AI void bf_transpose(const float *x, int k, float *xp)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int u = 0; u < 4; u++) {
+        int l0 = k - 32 * u, l1 = l0 - 16;
+        __mmask16 m0 = l0 >= 16 ? 0xFFFF : l0 <= 0 ? 0 : (__mmask16)((1u << l0) - 1);
+        __mmask16 m1 = l1 >= 16 ? 0xFFFF : l1 <= 0 ? 0 : (__mmask16)((1u << l1) - 1);
+        __m512 a = _mm512_maskz_loadu_ps(m0, x + 32 * u);
+        __m512 b = _mm512_maskz_loadu_ps(m1, x + 32 * u + 16);
+        _mm512_store_ps(xp + 32 * u, _mm512_permutex2var_ps(a, even, b));
+        _mm512_store_ps(xp + 32 * u + 16, _mm512_permutex2var_ps(a, odd, b));
+    }
+}
+
+/* Columns [c0, c1) of BF16 row r for nt tokens with pair-order x (panel
+ * relative) at xp[t]; the panel's sums to out[t]. */
+AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
+                     int64_t c1, float *out)
+{
+    const uint16_t *row = (const uint16_t *)w->w + w->cols * r;
+    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
+    const int64_t pf = nt == 1 ? ms_prefetch_bytes.near : ms_prefetch_bytes.far;
+    __m512 a0[MAX_NT], a1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    for (int64_t c = c0; c < c1; c += 32) {
+        _mm_prefetch((const char *)(row + c) + pf, _MM_HINT_T0);
+        __m512i v = c1 - c >= 32 ? _mm512_loadu_si512(row + c)
+                                 : _mm512_maskz_loadu_epi16((__mmask32)((1u << (c1 - c)) - 1),
+                                                            row + c);
+        __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xp[t] + (c - c0)), a0[t]);
+            a1[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xp[t] + (c - c0) + 16), a1[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
+}
+
+/* The lane-order loop (x86_lanes.h) over the two formats' transposes and
+ * row panels. */
 #define LN_XT float
 #define LN_BLOCK MX_BLOCK
 #define LN_PANEL MX_PANEL
-#define LN_XBUF (64 << 10)
+#define LN_XBUF (80 << 10) /* a token tile of the driver (256 KiB of x) and its padding */
 #define LN_ROW_BLOCK 32
 #define LN_NT MAX_NT
 
 AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
 {
-    (void)f;
-    mx_transpose(x, k, out);
+    if (f == MS_WFMT_MXFP4)
+        mx_transpose(x, k, out);
+    else
+        bf_transpose(x, k, out);
 }
 
 AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *xp,
                      int64_t c0, int64_t c1, float *out)
 {
-    (void)f;
-    mx_row_panel(nt, w, r, xp, c0, c1, out);
+    if (f == MS_WFMT_MXFP4)
+        mx_row_panel(nt, w, r, xp, c0, c1, out);
+    else
+        bf_row_panel(nt, w, r, xp, c0, c1, out);
 }
 
 #include "kernels/x86_lanes.h"
@@ -354,13 +420,25 @@ LN_ROWS_NT(mx, MS_WFMT_MXFP4, 1)
 LN_ROWS_NT(mx, MS_WFMT_MXFP4, 2)
 LN_ROWS_NT(mx, MS_WFMT_MXFP4, 3)
 LN_ROWS_NT(mx, MS_WFMT_MXFP4, 4)
+LN_ROWS_NT(bf, MS_WFMT_BF16, 1)
+LN_ROWS_NT(bf, MS_WFMT_BF16, 2)
+LN_ROWS_NT(bf, MS_WFMT_BF16, 3)
+LN_ROWS_NT(bf, MS_WFMT_BF16, 4)
+
+static _Alignas(64) __thread float ln_xbuf[LN_XBUF];
 
 static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
                        int64_t ldy, int64_t r0, int64_t r1)
 {
-    static _Alignas(64) __thread float xbuf[LN_XBUF];
     static const ln_rows_fn fns[LN_NT] = {ln_mx_1, ln_mx_2, ln_mx_3, ln_mx_4};
-    ln_rows(MS_WFMT_MXFP4, fns, xbuf, w, X, n, ldx, Y, ldy, r0, r1);
+    ln_rows(MS_WFMT_MXFP4, fns, ln_xbuf, w, X, n, ldx, Y, ldy, r0, r1);
+}
+
+static void rows_bf16(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                      int64_t ldy, int64_t r0, int64_t r1)
+{
+    static const ln_rows_fn fns[LN_NT] = {ln_bf_1, ln_bf_2, ln_bf_3, ln_bf_4};
+    ln_rows(MS_WFMT_BF16, fns, ln_xbuf, w, X, n, ldx, Y, ldy, r0, r1);
 }
 
 /* Same scheme as a row: two accumulators over chunks of 32, masked tail. */

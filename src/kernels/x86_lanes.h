@@ -15,11 +15,9 @@
  *
  * Each panel of a row is summed alone and added to the row's result in
  * panel order (Y = s0, then Y += s1, ...): the same operations whether a
- * row's panels come in one call (a token group over whole rows, x
- * transposed once, the weights streamed once in order) or one call each (a
- * batch, panel-major, so that a token group's x stays in L1 and a row
- * block's weights in L2). So a (token, row) gets the same bits alone,
- * batched or in any row range. */
+ * row's panels come in one call (a token group over whole rows) or one
+ * call each (a batch: see ln_rows). So a (token, row) gets the same bits
+ * alone, batched or in any row range. */
 #ifndef MS_KERNELS_X86_LANES_H
 #define MS_KERNELS_X86_LANES_H
 
@@ -63,33 +61,52 @@ AI void ln_transpose_rows(ms_wfmt f, const float *X, int nt, int64_t ldx, int64_
                          out + t * stride + (c - c0));
 }
 
-/* The ms_rows_fn body: fns[nt - 1] are the format's LN_ROWS_NT functions. */
+/* The ms_rows_fn body: fns[nt - 1] are the format's LN_ROWS_NT functions.
+ * One token, or a few whose x fits L1, take whole rows (x transposed once,
+ * the weights streamed once in order). A batch goes in passes of as many
+ * tokens as xbuf holds, each transposed whole; then row blocks, token
+ * groups, panels: a token group's x panel stays in L1 across the block's
+ * rows, the block's weights in L2 across the groups. Rows wider than xbuf
+ * go panel-major, a panel of x for a pass of tokens at a time. */
 AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, const float *X,
                 int n, int64_t ldx, float *Y, int64_t ldy, int64_t r0, int64_t r1)
 {
     const LN_XT *xp[LN_NT];
     int64_t whole = ms_ceil_div(w->cols, LN_BLOCK) * LN_BLOCK;
-    if (n <= LN_NT && n * whole <= LN_XBUF) {
+    if (n == 1 || (n <= LN_NT && n * whole * (int64_t)sizeof(LN_XT) <= (16 << 10))) {
         ln_transpose_rows(f, X, n, ldx, 0, w->cols, xbuf, whole);
         for (int t = 0; t < n; t++)
             xp[t] = xbuf + t * whole;
         fns[n - 1](w, r0, r1, xp, 0, w->cols, Y, ldy);
         return;
     }
-    int64_t panel = w->cols < LN_PANEL ? whole : LN_PANEL;
-    int per_pass = (int)(LN_XBUF / panel);
+    int64_t panel = whole < LN_PANEL ? whole : LN_PANEL;
+    int wide = whole > LN_XBUF, per_pass = (int)(LN_XBUF / (wide ? panel : whole));
     for (int p0 = 0; p0 < n; p0 += per_pass) {
         int np = n - p0 < per_pass ? n - p0 : per_pass;
-        for (int64_t c0 = 0; c0 < w->cols; c0 += LN_PANEL) {
-            int64_t c1 = c0 + LN_PANEL < w->cols ? c0 + LN_PANEL : w->cols;
-            ln_transpose_rows(f, X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
+        if (!wide)
+            ln_transpose_rows(f, X + p0 * ldx, np, ldx, 0, w->cols, xbuf, whole);
+        for (int64_t c0 = 0; c0 < (wide ? w->cols : 1); c0 += panel) {
+            int64_t c1 = c0 + panel < w->cols ? c0 + panel : w->cols;
+            if (wide)
+                ln_transpose_rows(f, X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
             for (int64_t rb = r0; rb < r1; rb += LN_ROW_BLOCK) {
                 int64_t re = rb + LN_ROW_BLOCK < r1 ? rb + LN_ROW_BLOCK : r1;
                 for (int t0 = 0; t0 < np; t0 += LN_NT) {
                     int nt = np - t0 < LN_NT ? np - t0 : LN_NT;
-                    for (int t = 0; t < nt; t++)
-                        xp[t] = xbuf + (t0 + t) * panel;
-                    fns[nt - 1](w, rb, re, xp, c0, c1, Y + (p0 + t0) * ldy, ldy);
+                    float *Yg = Y + (p0 + t0) * ldy;
+                    if (wide) {
+                        for (int t = 0; t < nt; t++)
+                            xp[t] = xbuf + (t0 + t) * panel;
+                        fns[nt - 1](w, rb, re, xp, c0, c1, Yg, ldy);
+                        continue;
+                    }
+                    for (int64_t c = 0; c < w->cols; c += panel) {
+                        for (int t = 0; t < nt; t++)
+                            xp[t] = xbuf + (t0 + t) * whole + c;
+                        fns[nt - 1](w, rb, re, xp, c, c + panel < w->cols ? c + panel : w->cols,
+                                    Yg, ldy);
+                    }
                 }
             }
         }
