@@ -60,6 +60,8 @@ int cli_open(const cli_args *a, ms_engine **eng, ms_session **s, ms_error *err);
 ms_engine_opts cli_engine_opts(const cli_args *a);
 /* The checkpoint's sampling defaults overridden by the flags given. */
 void cli_sampling(const cli_args *a, const ms_engine *eng, ms_sampling *sp);
+/* What an opt-in precision does to the products, for --stats and bench ("" when exact). */
+const char *cli_precision_note(void);
 /* Speed, time split and expert-tier statistics, on stderr. */
 void cli_print_stats(const ms_session *s);
 

@@ -206,7 +206,9 @@ int cmd_bench(int argc, char **argv)
     char v[128];
     row("family", info->family);
     row("experts", ms_engine_placement(eng));
-    row("kernels", ms_kernel_path());
+    char kernels[256];
+    snprintf(kernels, sizeof kernels, "%s%s", ms_kernel_path(), cli_precision_note());
+    row("kernels", kernels);
     snprintf(v, sizeof v, "%s, %lld tokens%s", ms_session_kv_format(s), (long long)ms_session_ctx(s),
              o.context ? " (synthetic context before the prompt)" : "");
     row("KV cache", v);

@@ -15,8 +15,10 @@ int main(int argc, char **argv)
     ms_install_fault_handler();
     const char *c = argv[1];
     if (!strcmp(c, "--version") || !strcmp(c, "version")) {
-        printf("moestream %s (kernels: %s; --precision fast: %s)\n", MS_VERSION,
-               ms_kernel_path(), ms_kernels_fast_available() ? "available" : "not on this CPU");
+        printf("moestream %s (kernels: %s; --precision fast: %s; --precision int8: %s)\n",
+               MS_VERSION, ms_kernel_path(),
+               ms_kernels_precision_available(MS_PRECISION_FAST) ? "available" : "not on this CPU",
+               ms_kernels_precision_available(MS_PRECISION_INT8) ? "available" : "not on this CPU");
         return 0;
     }
     if (!strcmp(c, "help") || !strcmp(c, "--help") || !strcmp(c, "-h")) {

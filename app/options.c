@@ -197,8 +197,9 @@ static const cli_opt opts[] = {
      86400, NULL, 0, "600", "--pipeline: seconds to wait for another rank before giving up"},
     {"--threads", "-t", T_INT, G_MODEL, ENG, AT(threads), "N", 1, 64, NULL, 0, NULL,
      "compute threads (default: the CPUs we may run on)"},
-    {"--precision", NULL, T_CHOICE, G_MODEL, ENG, AT(precision), "P", 0, 0, "exact|fast", 0,
-     "exact", "fast: bf16 dot products where the CPU has them (not exact; said in --stats)"},
+    {"--precision", NULL, T_CHOICE, G_MODEL, ENG, AT(precision), "P", 0, 0, "exact|fast|int8", 0,
+     "exact", "fast: bf16 dot products (AVX512-BF16); int8: MXFP4 weights against int8 "
+     "activations (AVX512-VNNI), as llama.cpp; neither exact, both said in --stats"},
     {"--io-threads", NULL, T_INT, G_MODEL, ENG, AT(io_threads), "N", 1, 256, NULL, 0, NULL,
      "read experts with N pread threads instead of io_uring"},
     {"--cache-slots", NULL, T_INT, G_MODEL, ENG, AT(cache_slots), "N", 1, INT32_MAX, NULL, 0,

@@ -44,14 +44,24 @@ void cli_sampling(const cli_args *a, const ms_engine *eng, ms_sampling *sp)
     if (cli_given(a, "--frequency-penalty")) sp->frequency_penalty = (float)a->frequency_penalty;
 }
 
+const char *cli_precision_note(void)
+{
+    const char *k = ms_kernel_path();
+    if (strstr(k, "fast"))
+        return " (precision fast: activations rounded to bf16 for BF16 and MXFP4 weights; "
+               "not exact)";
+    if (strstr(k, "int8"))
+        return " (precision int8: activations quantised to int8 per 32 columns for MXFP4 "
+               "weights; not exact)";
+    return "";
+}
+
 void cli_print_stats(const ms_session *s)
 {
     ms_stats st;
     ms_session_stats(s, &st);
     double busy = st.t_attn + st.t_experts + st.t_head + st.t_other;
-    fprintf(stderr, "kernels: %s%s\n", ms_kernel_path(),
-            strstr(ms_kernel_path(), "fast") ? " (precision fast: activations rounded to bf16 "
-                                               "for BF16 and MXFP4 weights; not exact)" : "");
+    fprintf(stderr, "kernels: %s%s\n", ms_kernel_path(), cli_precision_note());
     fprintf(stderr, "context: %lld tokens, KV cache %s%s\n", (long long)ms_session_ctx(s),
             ms_session_kv_format(s),
             strcmp(ms_session_kv_format(s), "f32") ? " (rounded: not the reference)" : "");

@@ -103,10 +103,12 @@ typedef struct ms_engine_opts {
 /* Arithmetic of the products. EXACT keeps float32 activations (results
  * within float32 rounding of the reference, the validated default). FAST
  * rounds activations to bf16 for BF16 and MXFP4 weights and uses the CPU's
- * bf16 dot products (AVX512-BF16): faster, further from the reference
- * (docs/perf.md gives the measured deviation); refused where the CPU lacks
- * it. */
-enum ms_precision { MS_PRECISION_EXACT = 0, MS_PRECISION_FAST = 1 };
+ * bf16 dot products (AVX512-BF16). INT8 quantises activations to int8 per
+ * block of 32 columns for MXFP4 weights (llama.cpp's Q8_0) and uses the
+ * CPU's byte dot products (AVX512-VNNI); other formats stay exact. Both
+ * are faster and further from the reference (docs/perf.md gives the
+ * measured deviation) and refused where the CPU lacks the instructions. */
+enum ms_precision { MS_PRECISION_EXACT = 0, MS_PRECISION_FAST = 1, MS_PRECISION_INT8 = 2 };
 
 /* What a front end needs to know about a loaded model. Owned by the engine. */
 typedef struct ms_model_info {
@@ -553,11 +555,11 @@ void ms_chat_parser_feed(ms_chat_parser *p, const char *text, size_t len,
                          void (*emit)(void *ctx, int channel, const char *s, size_t n),
                          void *ctx);
 
-/* The kernel path products use ("avx512", "avx2", "scalar", or the fast
- * table's name once an engine opened with MS_PRECISION_FAST). */
+/* The kernel path products use ("avx512", "avx2", "scalar", or the name of
+ * an opt-in precision's table once an engine opened with it). */
 const char *ms_kernel_path(void);
-/* Whether this CPU can run MS_PRECISION_FAST. */
-int ms_kernels_fast_available(void);
+/* Whether this CPU can run a precision (enum ms_precision). */
+int ms_kernels_precision_available(int precision);
 
 /* The memory bandwidth that performance floors are judged against, in GB/s
  * (1e9 bytes/s), with `threads` threads at once over buffers of `bytes`

@@ -84,18 +84,28 @@ const ms_kernel_ops *ms_kernels(void)
     return a ? a : ms_kernels_exact();
 }
 
-int ms_kernels_set_fast(int fast)
+const ms_kernel_ops *ms_kernels_for(int precision)
 {
-    const ms_kernel_ops *t = fast ? ms_kernels_avx512_bf16() : ms_kernels_exact();
+    switch (precision) {
+    case MS_PRECISION_EXACT: return ms_kernels_exact();
+    case MS_PRECISION_FAST: return ms_kernels_avx512_bf16();
+    case MS_PRECISION_INT8: return ms_kernels_avx512_vnni();
+    default: return NULL;
+    }
+}
+
+int ms_kernels_set_precision(int precision)
+{
+    const ms_kernel_ops *t = ms_kernels_for(precision);
     if (!t)
         return -1;
     atomic_store_explicit(&active, t, memory_order_release);
     return 0;
 }
 
-int ms_kernels_fast_available(void)
+int ms_kernels_precision_available(int precision)
 {
-    return ms_kernels_avx512_bf16() != NULL;
+    return ms_kernels_for(precision) != NULL;
 }
 
 ms_prefetch ms_kernels_prefetch(void)

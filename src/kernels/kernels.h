@@ -139,6 +139,10 @@ const ms_kernel_ops *ms_kernels_avx512(void);
 /* The opt-in fast table (--precision fast): avx512 with BF16 and MXFP4
  * products by vdpbf16ps over activations rounded to bf16; not exact. */
 const ms_kernel_ops *ms_kernels_avx512_bf16(void);
+/* The opt-in int8 table (--precision int8): avx512 with MXFP4 products by
+ * vpdpbusd (AVX512-VNNI) over activations quantised to int8 per block of
+ * 32 columns, as llama.cpp's Q8_0; not exact. */
+const ms_kernel_ops *ms_kernels_avx512_vnni(void);
 /* The exact AMX table: avx512 with BF16 products on the tile unit
  * (AMX-BF16), activations split exactly into three bf16 parts. Tested and
  * benchmarked, not chosen: prefill 2x faster, decode slower (perf.md). */
@@ -149,11 +153,14 @@ const ms_kernel_ops *ms_kernels_avx512_amx(void);
  * directly. */
 const ms_kernel_ops *ms_kernels_exact(void);
 
-/* The table products use: ms_kernels_exact(), or the fast table once
- * ms_kernels_set_fast(1) succeeded (process-wide; -1 when this CPU has no
- * fast table, nothing changes). */
+/* The table products use: ms_kernels_exact(), or the table of an opt-in
+ * precision (enum ms_precision of moestream.h: fast, int8) once
+ * ms_kernels_set_precision succeeded (process-wide; -1 when this CPU has no
+ * such table, nothing changes). */
 const ms_kernel_ops *ms_kernels(void);
-int ms_kernels_set_fast(int fast);
+int ms_kernels_set_precision(int precision);
+/* The table of a precision on this CPU, or NULL. */
+const ms_kernel_ops *ms_kernels_for(int precision);
 
 /* How far ahead of the weights being read the exact AVX-512 table
  * prefetches, in bytes: `near` for a matvec of F32, BF16 or F16 (little

@@ -21,7 +21,14 @@
  * activations and partial sums to zero (at most 2^-126 * |x| per column,
  * FAST_ABS per column). Its bound for those formats is 2 * 2^-9 * sum|W x|
  * on top of the exact one; its other formats are the exact kernels. Every
- * determinism check holds for it bit for bit, as for the others. */
+ * determinism check holds for it bit for bit, as for the others.
+ *
+ * The int8 table (--precision int8, AVX512-VNNI) quantises x for MXFP4 per
+ * block of 32 columns to q = round(x / d), d = max|x| / 127, so each x
+ * moves by at most d / 2 (plus a float rounding of x / d and of d: 4u
+ * relative); the integer sums are exact. Its bound for MXFP4 adds
+ * 2 * sum_c |W[r][c]| * d(block of c) / 2 (factor 2 for slack) to the
+ * exact one; subnormal scale products as the fast table's. */
 #include <stdint.h>
 
 #include "base/pool.h"
@@ -47,6 +54,12 @@ static int is_fast(ms_wfmt fmt)
            (fmt == MS_WFMT_BF16 || fmt == MS_WFMT_MXFP4);
 }
 
+/* Whether (table, format) runs the int8 kernel (activations quantised). */
+static int is_int8(ms_wfmt fmt)
+{
+    return cur_ops && cur_ops == ms_kernels_avx512_vnni() && fmt == MS_WFMT_MXFP4;
+}
+
 /* Whether (table, format) runs on the AMX tile unit, which flushes
  * subnormal inputs and results to zero. */
 static int is_tiles(ms_wfmt fmt)
@@ -59,7 +72,7 @@ static double tol_for(ms_wfmt fmt, int64_t cols)
     int extra = fmt == MS_WFMT_FP8_BLOCK ? 4 : fmt == MS_WFMT_MXFP4 ? 3 : 1;
     if (is_tiles(fmt))
         extra += 3; /* the three parts of x added at the end */
-    cur_abs = is_fast(fmt) || is_tiles(fmt) ? FAST_ABS * (double)cols : TINY_ABS;
+    cur_abs = is_fast(fmt) || is_tiles(fmt) || is_int8(fmt) ? FAST_ABS * (double)cols : TINY_ABS;
     return 2.0 * (double)(cols + extra) * U + (is_fast(fmt) ? 2.0 / 512.0 : 0.0);
 }
 
@@ -261,19 +274,30 @@ static float *make_x(int n, int64_t cols, double scale)
 
 /* ---- the reference and the checker ---- */
 
-/* Worst |y - ref| / (tol * sum|W x| + TINY_ABS) over Y[n][rows]; INFINITY
- * when y is NaN and the reference is not, or the other way round. */
+/* Worst |y - ref| / (tol * sum|W x| + quantisation + TINY_ABS) over
+ * Y[n][rows]; INFINITY when y is NaN and the reference is not, or the other
+ * way round. The quantisation term is the int8 table's (see the top). */
 static double worst_ratio(const ms_mat *m, const float *X, int n, const float *Y, double tol)
 {
     double worst = 0.0;
+    int q8 = is_int8(m->fmt);
     for (int t = 0; t < n; t++) {
         for (int64_t r = 0; r < m->rows; r++) {
-            double ref = 0.0, mag = 0.0;
+            double ref = 0.0, mag = 0.0, quant = 0.0, d = 0.0;
             for (int64_t c = 0; c < m->cols; c++) {
                 double p = (double)ms_mat_get(m, r, c) * X[t * m->cols + c];
                 ref += p;
                 mag += fabs(p);
+                if (q8 && c % 32 == 0) {
+                    double amax = 0.0;
+                    for (int64_t k = c; k < c + 32 && k < m->cols; k++)
+                        amax = fmax(amax, fabs((double)X[t * m->cols + k]));
+                    d = amax / 127.0 * (1.0 + 8.0 * U);
+                }
+                if (q8)
+                    quant += fabs((double)ms_mat_get(m, r, c)) * (d / 2.0 + 4.0 * U * d * 127.0);
             }
+            mag += q8 ? quant / tol : 0.0;
             double y = Y[t * m->rows + r];
             if (isnan(ref) != isnan(y) || (!isnan(ref) && !isfinite(y)))
                 return INFINITY;
@@ -289,7 +313,7 @@ static double worst_ratio(const ms_mat *m, const float *X, int n, const float *Y
 
 /* ---- the op tables under test ---- */
 
-static const ms_kernel_ops *tables[5];
+static const ms_kernel_ops *tables[6];
 static int n_tables;
 
 static const char *fmt_name(ms_wfmt f)
@@ -468,13 +492,14 @@ static void case_mxfp4_extremes(void)
 static void case_layout(void)
 {
     /* MXFP4 byte 0x21: element 0 = code 1 (0.5), element 1 = code 2 (1.0);
-     * byte 0xF8: element 2 = -0, element 3 = -6. Scale 128 = 2. */
+     * byte 0xF8: element 2 = -0, element 3 = -6. Scale 128 = 2. x up to 127
+     * in integers: the int8 table's quantisation (d = 1) is exact too. */
     uint8_t q[16] = {0x21, 0xF8}, sc[1] = {128};
     ms_mat m = {.fmt = MS_WFMT_MXFP4, .rows = 1, .cols = 32, .w = q, .scale = sc};
-    float x[32] = {1, 10, 100, 1000}, y = 0;
+    float x[32] = {1, 10, 100, 127}, y = 0;
     CHECK(ms_mat_get(&m, 0, 0) == 1.0f && ms_mat_get(&m, 0, 3) == -12.0f, "mxfp4 get");
     cur_ops->rows[MS_WFMT_MXFP4](&m, x, 1, 32, &y, 1, 0, 1);
-    CHECK(y == 1.0f + 20.0f - 12000.0f, "mxfp4 row: %g", y);
+    CHECK(y == 1.0f + 20.0f - 1524.0f, "mxfp4 row: %g", y);
     /* e4m3: 0x7E = 448, 0x01 = 2^-9, 0x08 = 2^-6, 0xC0 = -2; bf16 scale 0.5
      * for the first 32-column block, 4 for the second. */
     uint8_t e[64] = {0x7E, 0x01, 0x08, 0xC0};
@@ -589,11 +614,13 @@ static void run_named(const char *what, void (*fn)(void))
 
 int main(void)
 {
-    const ms_kernel_ops *all[5] = {ms_kernels_scalar(), ms_kernels_avx2(), ms_kernels_avx512(),
-                                   ms_kernels_avx512_bf16(), ms_kernels_avx512_amx()};
-    static const char *names[5] = {"scalar", "avx2", "avx512", "avx512_bf16 (fast)",
+    const ms_kernel_ops *all[6] = {ms_kernels_scalar(),      ms_kernels_avx2(),
+                                   ms_kernels_avx512(),      ms_kernels_avx512_bf16(),
+                                   ms_kernels_avx512_vnni(), ms_kernels_avx512_amx()};
+    static const char *names[6] = {"scalar", "avx2", "avx512", "avx512_bf16 (fast)",
+                                   "avx512_vnni (int8)",
                                    "avx512_amx (AMX-TILE and AMX-BF16, granted by the OS)"};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (all[i])
             tables[n_tables++] = all[i];
         else
