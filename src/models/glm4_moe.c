@@ -16,8 +16,10 @@
  *    same normed input; layers below first_k_dense_replace are dense;
  *  - the MTP layers model.layers.{num_hidden_layers + i}.* are stored but
  *    not part of the main model: knowingly ignored;
- *  - the FP8 releases are compressed-tensors checkpoints: refused by name
- *    until supported. */
+ *  - the FP8 releases are compressed-tensors checkpoints (float-quantized,
+ *    one FP8 e4m3 weight_scale per output channel, activations dynamic):
+ *    the binder reads them (weights/bind.c); the router and lm_head stay
+ *    bf16 there. */
 #include <math.h>
 #include <string.h>
 
@@ -74,17 +76,12 @@ static int read_config(glm4 *m, const json_t *c, ms_err *err)
         return -1;
     m->head_dim = m->head_dim ? m->head_dim : m->d / m->n_heads;
     int64_t rot = (int64_t)((double)m->head_dim * m->partial);
-    const json_t *rs = json_object_get(c, "rope_scaling"), *q = json_object_get(c,
-                                                                              "quantization_config");
+    const json_t *rs = json_object_get(c, "rope_scaling");
     if (ms_cfg_check_fixed(c, f, "glm4_moe", fixed, 1, err))
         return -1;
     if (rs && !json_is_null(rs))
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: rope_scaling is set; glm4_moe runs "
                           "plain RoPE as released (rope_scaling null)");
-    if (q && !json_is_null(q))
-        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config is set (the "
-                          "FP8 releases are compressed-tensors checkpoints, not supported yet): "
-                          "use the bf16 release");
     if (ms_json_check_multiple(f, "num_attention_heads", m->n_heads, m->n_kv,
                                "num_key_value_heads: heads share KV heads in equal groups", err) ||
         ms_json_check_multiple(f, "n_routed_experts", m->n_experts, m->n_group,

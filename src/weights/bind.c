@@ -19,6 +19,7 @@ int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err
     b->ck = ck;
     b->check_only = check_only;
     b->fp8_block[0] = b->fp8_block[1] = 128;
+    b->fp8_scale = "_scale_inv";
     b->used = ms_calloc((size_t)ck->n_tensors, 1, "binder marks", err);
     b->ignored = ms_calloc((size_t)ck->n_tensors, 1, "binder marks", err);
     if (!b->used || !b->ignored) {
@@ -28,9 +29,69 @@ int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err
     return 0;
 }
 
+/* compressed-tensors' "float-quantized" format with one config group of 8-bit
+ * float weights: weight_scale per output channel, or per block_structure
+ * block. Static activation scales (input_scale tensors) are refused: the
+ * engine keeps float32 activations and would leave them unread. */
+static int compressed_tensors(ms_binder *b, const json_t *q, ms_err *err)
+{
+    const char *fmt = json_string_value(json_object_get(q, "format"));
+    const json_t *groups = json_object_get(q, "config_groups");
+    if (!fmt || strcmp(fmt, "float-quantized"))
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config.format is "
+                          "%s%s%s; of compressed-tensors only \"float-quantized\" (FP8) is "
+                          "supported", fmt ? "\"" : "", fmt ? fmt : "absent", fmt ? "\"" : "");
+    if (!json_is_object(groups) || json_object_size(groups) != 1)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config.config_groups "
+                          "must hold exactly one group (one FP8 scheme for every linear)");
+    const char *gname = json_object_iter_key(json_object_iter((json_t *)groups));
+    const json_t *g = json_object_get(groups, gname);
+    const json_t *w = json_object_get(g, "weights"), *in = json_object_get(g, "input_activations");
+    const char *type = json_string_value(json_object_get(w, "type"));
+    const char *strategy = json_string_value(json_object_get(w, "strategy"));
+    const json_t *bits = json_object_get(w, "num_bits"), *sym = json_object_get(w, "symmetric");
+    if (!json_is_object(w) || !type || strcmp(type, "float") || !json_is_integer(bits) ||
+        json_integer_value(bits) != 8 || (sym && !json_is_true(sym)))
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config.config_groups."
+                          "%s.weights must be 8-bit symmetric float (FP8 e4m3)", gname);
+    if (json_is_object(in) && !json_is_true(json_object_get(in, "dynamic")))
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config.config_groups."
+                          "%s.input_activations.dynamic is not true: static activation scales "
+                          "(input_scale tensors) are not supported", gname);
+    b->fp8_scale = "_scale";
+    if (strategy && !strcmp(strategy, "channel")) {
+        b->fp8_block[0] = 1;
+        b->fp8_block[1] = 0;
+        return 0;
+    }
+    const json_t *bs = json_object_get(w, "block_structure");
+    const json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
+    if (!strategy || strcmp(strategy, "block") || json_array_size(bs) != 2 ||
+        !json_is_integer(r) || !json_is_integer(c) || json_integer_value(r) <= 0 ||
+        json_integer_value(c) <= 0 || json_integer_value(r) > 4096 ||
+        json_integer_value(c) > 4096)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config.config_groups."
+                          "%s.weights.strategy is %s%s%s: \"channel\", or \"block\" with "
+                          "block_structure [rows, cols], is supported", gname,
+                          strategy ? "\"" : "", strategy ? strategy : "absent",
+                          strategy ? "\"" : "");
+    b->fp8_block[0] = (int32_t)json_integer_value(r);
+    b->fp8_block[1] = (int32_t)json_integer_value(c);
+    return 0;
+}
+
 int ms_binder_config(ms_binder *b, const json_t *config, ms_err *err)
 {
     const json_t *q = json_object_get(config, "quantization_config");
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    if (method && !strcmp(method, "compressed-tensors"))
+        return compressed_tensors(b, q, err);
+    if (method && !strcmp(method, "mxfp4")) /* gpt-oss: its family binds the MXFP4 experts */
+        return 0;
+    if (json_is_object(q) && method && strcmp(method, "fp8"))
+        return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config.quant_method "
+                          "is \"%s\"; \"fp8\", \"compressed-tensors\" (FP8) and gpt-oss's "
+                          "\"mxfp4\" are supported", method);
     const json_t *bs = json_is_object(q) ? json_object_get(q, "weight_block_size") : NULL;
     if (!bs || json_is_null(bs))
         return 0;
@@ -240,12 +301,12 @@ int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
     m->rows = rows;
     m->cols = cols;
     snprintf(name, sizeof name, "%s.weight", prefix);
-    int64_t br = b->fp8_block[0], bc = b->fp8_block[1];
+    int64_t br = b->fp8_block[0], bc = b->fp8_block[1] ? b->fp8_block[1] : cols;
     int64_t sshape[2] = {(rows + br - 1) / br, (cols + bc - 1) / bc};
     if (b->collect) {
         ms_bind_tensor(b, role, name, b->collect_fp8 ? MS_DT(MS_DTYPE_F8_E4M3) : MS_DT_FLOAT, 2,
                        shape);
-        snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
+        snprintf(name, sizeof name, "%s.weight%s", prefix, b->fp8_scale);
         if (b->collect_fp8)
             ms_bind_tensor(b, role, name, MS_DT(b->collect_scale), 2, sshape);
         return -1;
@@ -261,7 +322,7 @@ int ms_bind_linear(ms_binder *b, ms_role role, const char *prefix, int64_t rows,
         m->fmt = float_fmt(t->dtype);
         return 0;
     }
-    snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
+    snprintf(name, sizeof name, "%s.weight%s", prefix, b->fp8_scale);
     const ms_tensor_info *s = ms_bind_tensor(b, role, name, MS_DT_FLOAT, 2, sshape);
     if (!s)
         return -1;

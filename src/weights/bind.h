@@ -61,7 +61,10 @@ typedef struct ms_binder {
                              * model exists; unused in check-only mode */
     int check_only;
     int skip;               /* tensors of another pipeline stage: checked, not bound */
-    int32_t fp8_block[2];   /* weight_block_size for F8_E4M3 weights */
+    int32_t fp8_block[2];   /* weight_block_size for F8_E4M3 weights; rows 1 and cols 0:
+                             * one scale per output row (per channel) */
+    const char *fp8_scale;  /* name suffix of their scales: "_scale_inv" (DeepSeek's fp8
+                             * quant_method), "_scale" (compressed-tensors) */
 
     /* results */
     int n_problems;
@@ -80,8 +83,13 @@ typedef struct ms_binder {
 
 int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err *err);
 
-/* Reads quantization_config.weight_block_size (FP8 block shape) from a
- * config; 128x128 when absent. */
+/* Reads the FP8 scheme of a config's quantization_config: quant_method
+ * "fp8" (DeepSeek, Qwen3-FP8: weight_scale_inv per weight_block_size block,
+ * 128x128 when absent) or "compressed-tensors" float-quantized (GLM-4.5-FP8
+ * and llm-compressor's FP8: weight_scale per output channel or per
+ * block_structure block, activations quantised dynamically or not at all);
+ * gpt-oss's "mxfp4" is its family's to bind. Anything else is refused with
+ * the key that differs. */
 int ms_binder_config(ms_binder *b, const json_t *config, ms_err *err);
 
 /* A binder that records the tensors a family asks for instead of reading them. */

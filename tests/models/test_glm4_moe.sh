@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# glm4_moe (GLM-4.5 / 4.5-Air / 4.6, bf16) end to end: L0 (inspect, the MTP
-# layer of the release knowingly ignored, a missing tensor named) and L1
-# (engine vs the independent NumPy oracle tools/oracle/glm4_moe.py on tiny
-# checkpoints in the released layout: per-layer states, routing top-k,
-# logits, 32 greedy ids, cached decode == batch, forced eviction) on two
-# configs and seeds: partial RoPE, attention biases, with and without
-# QK-norm, group-limited sigmoid routing, shared experts, dense first layers.
+# glm4_moe (GLM-4.5 / 4.5-Air / 4.6, bf16 and the FP8 releases) end to end:
+# L0 (inspect, the MTP layer of the release knowingly ignored, a missing
+# tensor named) and L1 (engine vs the independent NumPy oracle
+# tools/oracle/glm4_moe.py on tiny checkpoints in the released layout:
+# per-layer states, routing top-k, logits, 32 greedy ids, cached decode ==
+# batch, forced eviction) on two configs and seeds: partial RoPE, attention
+# biases, with and without QK-norm, group-limited sigmoid routing, shared
+# experts, dense first layers; the same two configs as FP8 releases
+# (compressed-tensors, per-channel FP8 scales in BF16 and in F32), and the
+# compressed-tensors schemes the engine does not run refused by key.
 # L2 (logits of transformers' Glm4MoeForCausalLM) is not here: no torch on
 # this machine kind; said below.
 set -u
@@ -29,6 +32,47 @@ for cfg in "tiny 4" "tiny2 10" "tiny 3"; do
   prompt_ids "$(vocab_of "$C")" "$seed" >"$W/$preset.$seed.ids"
   l1_oracle l1_${preset}_${seed} "$C" $ORACLE "$W/$preset.$seed.ids"
 done
+
+# the FP8 releases: compressed-tensors, one weight_scale per output channel
+for cfg in "tiny 4 BF16" "tiny2 10 F32"; do
+  set -- $cfg; preset=$1; seed=$2; sd=$3
+  C=$W/$preset.$seed.fp8
+  if ! $PY $GEN --out "$C" --preset "$preset" --seed "$seed" --fp8 --scale-dtype "$sd" \
+      >/dev/null 2>"$W/err"; then
+    fail fp8_${preset}_${seed}_generate "$(tail -1 "$W/err")"; continue
+  fi
+  l0_inspect l0_fp8_${preset}_${seed} "$C"
+  prompt_ids "$(vocab_of "$C")" "$seed" >"$W/$preset.$seed.fp8.ids"
+  l1_oracle l1_fp8_${preset}_${seed} "$C" $ORACLE "$W/$preset.$seed.fp8.ids"
+done
+if cmp -s "$W/l1_fp8_tiny_4.f32" "$W/l1_tiny_4.f32"; then
+  fail fp8_weights_used "the FP8 checkpoint gives the bf16 logits bit for bit"
+else
+  pass fp8_weights_used
+fi
+
+# compressed-tensors schemes the engine does not run are refused by key
+refused() { # name, python edit of the config dict c, expected words
+  local name=$1 edit=$2 want=$3 out rc
+  rm -rf "$W/ct"; cp -r "$W/tiny.4.fp8" "$W/ct"
+  $PY - "$W/ct/config.json" "$edit" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1])); g = c["quantization_config"]["config_groups"]["group_0"]
+exec(sys.argv[2])
+json.dump(c, open(sys.argv[1], "w"))
+P
+  out=$("$BIN" inspect "$W/ct" 2>&1); rc=$?
+  if [ $rc -ne 0 ] && printf '%s' "$out" | grep -qF "$want"; then pass "$name"; else
+    fail "$name" "rc $rc: $(printf '%s' "$out" | tail -2)"; fi
+}
+refused ct_static_activations_refused 'g["input_activations"]["dynamic"] = False' \
+  "input_activations.dynamic is not true"
+refused ct_tensor_strategy_refused 'g["weights"]["strategy"] = "tensor"' 'weights.strategy is "tensor"'
+refused ct_int_weights_refused 'g["weights"]["type"] = "int"' "must be 8-bit symmetric float"
+refused ct_pack_format_refused 'c["quantization_config"]["format"] = "pack-quantized"' \
+  'format is "pack-quantized"'
+refused unknown_quant_method_refused 'c["quantization_config"]["quant_method"] = "awq"' \
+  'quant_method is "awq"'
 
 # the release's MTP layer is present and knowingly ignored, not "unexpected"
 C=$W/tiny.4

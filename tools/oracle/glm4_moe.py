@@ -94,9 +94,6 @@ class Config(gqa.GqaConfig):
         self.norm_topk = bool(cfg.get("norm_topk_prob", True))
         self.rsf = float(cfg.get("routed_scaling_factor", 1.0))
         self.first_dense = cfg.get("first_k_dense_replace", 1)
-        if cfg.get("quantization_config"):
-            raise NotImplementedError("quantization_config (only bf16/f16/f32 glm4_moe "
-                                      "checkpoints are implemented)")
         rs = self.rope_scaling
         if rs is not None and rs.get("rope_type", rs.get("type", "default")) != "default":
             raise NotImplementedError(f"rope_scaling {rs} (only null is supported)")
@@ -122,25 +119,56 @@ class Config(gqa.GqaConfig):
 
 
 class Glm4Weights(bl.Weights):
-    """bf16 / f16 / f32 tensors widened exactly (no quantised glm4_moe checkpoint is
-    implemented): every linear is a plain tensor of its [out, in] shape."""
+    """bf16 / f16 / f32 tensors widened exactly; in the FP8 releases (compressed-tensors
+    "float-quantized", weights strategy "channel") a linear is F8_E4M3 codes with
+    `<name>_scale` [out, 1], dequantised as compressed-tensors' FloatQuantizationCompressor
+    does: W[i][j] = e4m3(codes[i][j]) * scale[i] (scale widened exactly first)."""
+
+    PLAIN = ("BF16", "F16", "F32", "F64")
+
+    def __init__(self, model_dir, dtype, cfg):
+        super().__init__(model_dir, dtype)
+        q = cfg.get("quantization_config") or {}
+        if q:
+            groups = list((q.get("config_groups") or {}).values())
+            wq = groups[0].get("weights", {}) if len(groups) == 1 else {}
+            if (q.get("quant_method") != "compressed-tensors"
+                    or q.get("format") != "float-quantized" or wq.get("num_bits") != 8
+                    or wq.get("type") != "float" or wq.get("strategy") != "channel"):
+                raise NotImplementedError("quantization_config other than compressed-tensors "
+                                          "per-channel FP8")
 
     def w(self, name, shape=None):
         info = self.st.info(name)
-        if info["dtype"] not in ("BF16", "F16", "F32", "F64"):
+        if info["dtype"] not in self.PLAIN:
             raise ValueError(f"{name}: dtype {info['dtype']} (want BF16/F16/F32)")
         return self.read(name, info, shape)
 
     def linear(self, name, rows, cols):
-        return self.w(name, [rows, cols])
+        if self.check_linear(name, rows, cols) != "F8_E4M3":
+            return self.st.get(name).astype(self.dt)
+        self.n_fp8 += 1
+        codes = self.st.get(name)                      # exact float32 via the e4m3fn table
+        if np.isnan(codes).any():
+            raise ValueError(f"{name}: NaN fp8 code")
+        scale = self.st.get(name + "_scale").astype(np.float32)
+        return (codes * scale).astype(self.dt)
 
     def check_linear(self, name, rows, cols):
         info = self.st.info(name)  # KeyError when missing
         if list(info["shape"]) != [rows, cols]:
             raise ValueError(f"{name}: shape {info['shape']}, expected {[rows, cols]}")
-        if info["dtype"] not in ("BF16", "F16", "F32", "F64"):
-            raise ValueError(f"{name}: dtype {info['dtype']} (want BF16/F16/F32)")
-        self.used.add(name)
+        if info["dtype"] in self.PLAIN:
+            self.used.add(name)
+            return info["dtype"]
+        if info["dtype"] != "F8_E4M3":
+            raise ValueError(f"{name}: dtype {info['dtype']} (want BF16/F16/F32 or F8_E4M3)")
+        sinfo = self.st.info(name + "_scale")
+        if list(sinfo["shape"]) != [rows, 1] or sinfo["dtype"] not in ("BF16", "F16", "F32"):
+            raise ValueError(f"{name}_scale: {sinfo['dtype']} {sinfo['shape']}, expected a "
+                             f"float [{rows}, 1]")
+        self.used.update((name, name + "_scale"))
+        return "F8_E4M3"
 
 
 class Glm4Moe(gqa.GqaDecoder):
@@ -149,8 +177,9 @@ class Glm4Moe(gqa.GqaDecoder):
 
     def __init__(self, model_dir, dtype=np.float32):
         with open(os.path.join(model_dir, "config.json")) as f:
-            c = Config(json.load(f))
-        super().__init__(c, Glm4Weights(model_dir, dtype), dtype)
+            raw = json.load(f)
+        c = Config(raw)
+        super().__init__(c, Glm4Weights(model_dir, dtype, raw), dtype)
         # compute_default_rope_parameters (dim = rot_dim), float32 like torch; cos/sin not scaled
         self.inv_freq = bl.rope_inv_freq(c.rot_dim, c.theta)[1]
         bl.ignore_extra_layers(self.wts, c.n_layers)   # the MTP layer(s)

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Writes a random tiny glm4_moe checkpoint in the released zai-org/GLM-4.5-Air layout (bf16).
+"""Writes a random tiny glm4_moe checkpoint in the released zai-org/GLM-4.5-Air layout (bf16),
+or with --fp8 as the FP8 releases (compressed-tensors, per-channel FP8).
 
 Owns: the glm4_moe tiny-checkpoint generator (tensor names, dtypes, shapes, config keys, shard
 naming) and `expected_tensors(cfg)`, the family's tensor set derived from a config.json (used by
@@ -26,6 +27,16 @@ state dict before its expert fusing, plus the MTP layer):
     special ids keep the release's distance from the top of the vocabulary (pad = eos[0] =
     V - 223, eos = [V - 223, V - 216, V - 214], as 151329 / 151336 / 151338 of 151552).
 
+--fp8 (zai-org/GLM-4.5-FP8, -Air-FP8, GLM-4.6-FP8: compressed-tensors checkpoints): every
+attention, dense MLP, expert and shared-expert linear is F8_E4M3 with `<name>_scale` [out, 1]
+(one scale per output channel; BF16 by default, --scale-dtype F32/F16), quantization_config
+{"quant_method": "compressed-tensors", "format": "float-quantized", one config group of 8-bit
+symmetric float weights with strategy "channel" and dynamic per-token float activations,
+"ignore": lm_head and the routers}, as llm-compressor's FP8_DYNAMIC scheme writes it; the
+routers (mlp.gate.weight), embeddings, norms, biases and lm_head stay bf16. The fp8 weights are
+the bf16 checkpoint's (same seed) quantised per row (amax / 448, the scale rounded up to its
+dtype). This layout was not read off a real index (none was reachable offline).
+
 Weights are scaled so activations stay O(1) (router logits std ~1.5, attention scores std ~1,
 logits std ~2); q/k/v biases are large enough to matter; the e_score_correction_bias is drawn
 from U(-0.05, 0.35) so it changes a share of the selected experts (slightly negative entries
@@ -35,7 +46,7 @@ selections too.
 
 CLI:
   glm4_moe.py --out DIR [--seed S] [--preset tiny|tiny2] [--shards N] [--tie] [--nextn N]
-              [--drop TENSOR ...]
+              [--fp8 [--scale-dtype BF16|F32|F16]] [--drop TENSOR ...]
               [--hidden H --layers L --dense D --heads Q --kv-heads KV --head-dim HD
                --experts E --topk K --groups G --topk-group TG --shared S --moe-intermediate I
                --intermediate DI --vocab V --partial F --rsf F --rope-theta T
@@ -48,10 +59,12 @@ import os
 import sys
 import time
 
+import numpy as np
+
 sys.dont_write_bytecode = True  # keep tools/ free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_writer as sw  # noqa: E402
-from st_writer import bf16_normal, bf16_uniform, tensor_rng  # noqa: E402
+from st_writer import bf16_normal, bf16_uniform, fp8_channel_quantize, tensor_rng  # noqa: E402
 
 PRESETS = {
     # GQA 4/2, rotary 8 of head_dim 16, 2 groups of 4 experts (1 kept), attention biases
@@ -77,9 +90,28 @@ def special_ids(vocab):
     return dict(pad=vocab - 223, eos=[vocab - 223, vocab - 216, vocab - 214])
 
 
-def make_config(d, tie, nextn):
-    sp = special_ids(d["vocab"])
+def quant_config(d, nextn):
+    """compressed-tensors FP8_DYNAMIC: per-channel weights, dynamic per-token activations."""
+    gates = [f"model.layers.{l}.mlp.gate" for l in range(d["dense"], d["layers"] + nextn)]
     return {
+        "config_groups": {"group_0": {
+            "input_activations": {"actorder": None, "block_structure": None, "dynamic": True,
+                                  "group_size": None, "num_bits": 8, "observer": None,
+                                  "observer_kwargs": {}, "strategy": "token", "symmetric": True,
+                                  "type": "float"},
+            "output_activations": None, "targets": ["Linear"],
+            "weights": {"actorder": None, "block_structure": None, "dynamic": False,
+                        "group_size": None, "num_bits": 8, "observer": "minmax",
+                        "observer_kwargs": {}, "strategy": "channel", "symmetric": True,
+                        "type": "float"}}},
+        "format": "float-quantized", "global_compression_ratio": None,
+        "ignore": ["lm_head"] + gates, "kv_cache_scheme": None,
+        "quant_method": "compressed-tensors", "quantization_status": "compressed"}
+
+
+def make_config(d, tie, nextn, fp8=False):
+    sp = special_ids(d["vocab"])
+    c = {
         "architectures": ["Glm4MoeForCausalLM"],
         "attention_bias": bool(d["attn_bias"]),
         "attention_dropout": 0.0,
@@ -116,6 +148,9 @@ def make_config(d, tie, nextn):
         "use_qk_norm": bool(d["qk_norm"]),
         "vocab_size": d["vocab"],
     }
+    if fp8:
+        c["quantization_config"] = quant_config(d, nextn)
+    return c
 
 
 def generation_config(d):
@@ -149,9 +184,10 @@ def check_dims(d):
         sys.exit("bad dimensions: " + "; ".join(errs))
 
 
-def expected_tensors(cfg):
+def expected_tensors(cfg, scale_dtype="BF16"):
     """{name: (dtype, shape)} of a released-layout glm4_moe checkpoint for this config.json
-    (main layers, then the num_nextn_predict_layers MTP layers)."""
+    (main layers, then the num_nextn_predict_layers MTP layers); with a compressed-tensors
+    quantization_config the linears are F8_E4M3 + weight_scale [out, 1] in scale_dtype."""
     H, V, D = cfg["hidden_size"], cfg["vocab_size"], cfg.get("head_dim") or \
         cfg["hidden_size"] // cfg["num_attention_heads"]
     Q, KV = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D
@@ -159,17 +195,19 @@ def expected_tensors(cfg):
     SI = I * (cfg.get("n_shared_experts") or 0)
     L = cfg["num_hidden_layers"]
     t = {"model.embed_tokens.weight": ("BF16", [V, H])}
-    lin = functools.partial(sw.expect_linear, t)
+    q = cfg.get("quantization_config")
+    lin = functools.partial(sw.expect_linear, t, fp8=bool(q), scale_dtype=scale_dtype,
+                            channel=True)
 
     def layer(l):
         p = f"model.layers.{l}."
         t[p + "input_layernorm.weight"] = ("BF16", [H])
         t[p + "post_attention_layernorm.weight"] = ("BF16", [H])
         for n, rows in (("q", Q), ("k", KV), ("v", KV)):
-            t[p + f"self_attn.{n}_proj.weight"] = ("BF16", [rows, H])
+            lin(p + f"self_attn.{n}_proj.weight", rows, H)
             if cfg.get("attention_bias"):
                 t[p + f"self_attn.{n}_proj.bias"] = ("BF16", [rows])
-        t[p + "self_attn.o_proj.weight"] = ("BF16", [H, Q])
+        lin(p + "self_attn.o_proj.weight", H, Q)
         if cfg.get("use_qk_norm"):
             t[p + "self_attn.q_norm.weight"] = ("BF16", [D])
             t[p + "self_attn.k_norm.weight"] = ("BF16", [D])
@@ -193,24 +231,41 @@ def bf16_linear(seed):
     return lambda name, rows, cols, std: bf16_normal(seed, name, (rows, cols), std)
 
 
-def layer_tensors(d, seed, l):
+def fp8_linear(seed, scale_dtype):
+    """lin(name, rows, cols, std): the BF16 weight of the same seed quantised per channel,
+    as F8_E4M3 `name` + `name_scale` [rows, 1]."""
+    def lin(name, rows, cols, std):
+        memo = {}
+
+        def quant(part):
+            if not memo:
+                (_, _, _, make), = bf16_normal(seed, name, (rows, cols), std)
+                w = (make().astype(np.uint32) << 16).view(np.float32)
+                memo["codes"], memo["raw"] = fp8_channel_quantize(w, scale_dtype)
+            return memo.pop(part)
+        return [(name, "F8_E4M3", [rows, cols], lambda: quant("codes")),
+                (name + "_scale", scale_dtype, [rows, 1], lambda: quant("raw"))]
+    return lin
+
+
+def layer_tensors(d, seed, l, lin=None):
     H, D = d["hidden"], d["head_dim"]
     Q, KV = d["heads"] * D, d["kv_heads"] * D
     E, I, DI = d["experts"], d["moe_intermediate"], d["intermediate"]
     p = f"model.layers.{l}."
     a = p + "self_attn."
+    lin = lin or bf16_linear(seed)
     t = bf16_uniform(seed, p + "input_layernorm.weight", (H,), 0.8, 1.2)
     # q/k rms ~1.2 per channel (x the per-head norm when used) -> scores std ~1
     for n, rows in (("q", Q), ("k", KV), ("v", KV)):
-        t += bf16_normal(seed, a + f"{n}_proj.weight", (rows, H), 1.2 / math.sqrt(H))
+        t += lin(a + f"{n}_proj.weight", rows, H, 1.2 / math.sqrt(H))
         if d["attn_bias"]:
             t += bf16_normal(seed, a + f"{n}_proj.bias", (rows,), 0.5)
-    t += bf16_normal(seed, a + "o_proj.weight", (H, Q), 1.0 / math.sqrt(Q))
+    t += lin(a + "o_proj.weight", H, Q, 1.0 / math.sqrt(Q))
     if d["qk_norm"]:
         t += bf16_uniform(seed, a + "q_norm.weight", (D,), 0.8, 1.6)
         t += bf16_uniform(seed, a + "k_norm.weight", (D,), 0.8, 1.6)
     t += bf16_uniform(seed, p + "post_attention_layernorm.weight", (H,), 0.8, 1.2)
-    lin = bf16_linear(seed)
     if l < d["dense"]:
         return t + sw.mlp_tensors(lin, p + "mlp.", DI, H, 1.0 / math.sqrt(DI))
     t += bf16_normal(seed, p + "mlp.gate.weight", (E, H), 1.5 / math.sqrt(H))
@@ -227,14 +282,16 @@ def layer_tensors(d, seed, l):
     return t
 
 
-def model_tensors(d, seed, tie, nextn):
-    """All tensors in the order the shards are cut in (see the module docstring)."""
+def model_tensors(d, seed, tie, nextn, scale_dtype=None):
+    """All tensors in the order the shards are cut in (see the module docstring); with a
+    scale_dtype the linears are per-channel FP8."""
     H, V, L = d["hidden"], d["vocab"], d["layers"]
+    lin = fp8_linear(seed, scale_dtype) if scale_dtype else None
     t = bf16_normal(seed, "model.embed_tokens.weight", (V, H), 1.0)
     for l in range(L):
-        t += layer_tensors(d, seed, l)
+        t += layer_tensors(d, seed, l, lin)
     for l in range(L, L + nextn):
-        t += sw.mtp_layer_tensors(seed, l, V, H, layer_tensors(d, seed, l))
+        t += sw.mtp_layer_tensors(seed, l, V, H, layer_tensors(d, seed, l, lin))
     return t + sw.final_tensors(seed, V, H, tie)
 
 
@@ -252,6 +309,10 @@ def main():
                     help="tie_word_embeddings true, no lm_head.weight (not the released layout)")
     ap.add_argument("--nextn", type=int, default=1,
                     help="num_nextn_predict_layers: MTP layers written (released: 1)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="the FP8 releases' layout: compressed-tensors, per-channel FP8 linears")
+    ap.add_argument("--scale-dtype", choices=("BF16", "F32", "F16"), default="BF16",
+                    help="with --fp8: dtype of weight_scale")
     for k in INT_KEYS:
         ap.add_argument("--" + k.replace("_", "-"), type=int, dest=k)
     for k in FLOAT_KEYS:
@@ -269,10 +330,11 @@ def main():
         sys.exit("--nextn must be >= 0")
 
     t0 = time.time()
-    tensors = model_tensors(d, seed, a.tie, a.nextn)
-    cfg = make_config(d, a.tie, a.nextn)
+    tensors = model_tensors(d, seed, a.tie, a.nextn, a.scale_dtype if a.fp8 else None)
+    cfg = make_config(d, a.tie, a.nextn, a.fp8)
+    expected = expected_tensors(cfg, a.scale_dtype)
     sw.write_model(a, tensors, cfg, generation_config(d), t0, {"format": "pt"},
-                   expected=expected_tensors(cfg))
+                   expected=expected)
 
 
 if __name__ == "__main__":

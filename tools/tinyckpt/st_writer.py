@@ -126,6 +126,18 @@ def fp8_block_quantize(w, block=(128, 128), scale_dtype="BF16"):
     return np.ascontiguousarray(codes[:rows, :cols]), raw, vals
 
 
+def fp8_channel_quantize(w, scale_dtype="BF16"):
+    """Per-channel FP8 (compressed-tensors "float-quantized", strategy "channel", as
+    llm-compressor writes it): w float32 [out, in] -> (codes uint8 [out, in], weight_scale raw
+    [out, 1] in `scale_dtype`) with W ~= e4m3(codes) * scale[i]; the scale is amax / 448 of
+    the row rounded up to `scale_dtype` (1 for an all-zero row)."""
+    w = np.asarray(w, dtype=np.float32)
+    amax = np.abs(w).max(axis=1, keepdims=True)
+    s = np.where(amax > 0, amax / np.float32(E4M3_MAX), np.float32(1)).astype(np.float32)
+    raw, vals = round_scale_up(s, scale_dtype)
+    return f32_to_e4m3(w / vals), raw
+
+
 def write_safetensors(path, tensors, metadata=None):
     """tensors: list of (name, dtype, shape, make). Returns bytes of tensor data written."""
     order = sorted(tensors, key=lambda t: (-itemsize(t[1]), t[0]))
@@ -254,10 +266,15 @@ def final_tensors(seed, vocab, hidden, tie=False, normal=bf16_normal):
 
 
 # --- expected layouts ({name: (dtype, shape)}, as check_layout.py compares) ----------------
-def expect_linear(t, name, rows, cols, fp8=False, scale_dtype="F32", block=(128, 128)):
+def expect_linear(t, name, rows, cols, fp8=False, scale_dtype="F32", block=(128, 128),
+                  channel=False):
     """A linear's weight: BF16 [rows, cols], or F8_E4M3 + weight_scale_inv [ceil(rows / bo),
-    ceil(cols / bi)] in scale_dtype."""
-    if fp8:
+    ceil(cols / bi)] in scale_dtype, or with channel F8_E4M3 + weight_scale [rows, 1]
+    (compressed-tensors)."""
+    if fp8 and channel:
+        t[name] = ("F8_E4M3", [rows, cols])
+        t[name + "_scale"] = (scale_dtype, [rows, 1])
+    elif fp8:
         t[name] = ("F8_E4M3", [rows, cols])
         t[name + "_scale_inv"] = (scale_dtype, [-(-rows // block[0]), -(-cols // block[1])])
     else:
