@@ -83,14 +83,19 @@ class Weights:
         self.used.update((name, sname))
         return "F8_E4M3"
 
+    def fp8_codes(self, name):
+        """An F8_E4M3 tensor's values, exact in float32 (the e4m3fn table); NaN refused."""
+        self.n_fp8 += 1
+        codes = self.st.get(name)
+        if np.isnan(codes).any():
+            raise ValueError(f"{name}: NaN fp8 code")
+        return codes
+
     def linear(self, name, rows, cols):
         """[out, in] weight of a linear: bf16/f16/f32 as stored, or F8_E4M3 x block scale."""
         if self.check_linear(name, rows, cols) != "F8_E4M3":
             return self.st.get(name).astype(self.dt)
-        self.n_fp8 += 1
-        codes = self.st.get(name)                      # exact float32 via the e4m3fn table
-        if np.isnan(codes).any():
-            raise ValueError(f"{name}: NaN fp8 code")
+        codes = self.fp8_codes(name)
         bo, bi = self.block
         scale = self.st.get(name + "_scale_inv").astype(np.float32).astype(self.dt)
         full = np.repeat(np.repeat(scale, bo, axis=0), bi, axis=1)[:rows, :cols]

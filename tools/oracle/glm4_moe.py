@@ -147,10 +147,7 @@ class Glm4Weights(bl.Weights):
     def linear(self, name, rows, cols):
         if self.check_linear(name, rows, cols) != "F8_E4M3":
             return self.st.get(name).astype(self.dt)
-        self.n_fp8 += 1
-        codes = self.st.get(name)                      # exact float32 via the e4m3fn table
-        if np.isnan(codes).any():
-            raise ValueError(f"{name}: NaN fp8 code")
+        codes = self.fp8_codes(name)
         scale = self.st.get(name + "_scale").astype(np.float32)
         return (codes * scale).astype(self.dt)
 
