@@ -36,6 +36,7 @@ BIN      ?= moestream
 all: $(BIN)
 
 $(BUILD)/src/kernels/x86_avx2.o: CFLAGS += $(AVX2_FLAGS)
+$(BUILD)/src/kernels/x86_avx2int8.o: CFLAGS += $(AVX2_FLAGS)
 $(BUILD)/src/kernels/x86_avx512.o: CFLAGS += $(AVX512_FLAGS)
 $(BUILD)/src/kernels/x86_avx512bf16.o: CFLAGS += $(AVX512_FLAGS) -mavx512bf16
 $(BUILD)/src/kernels/x86_avx512vnni.o: CFLAGS += $(AVX512_FLAGS) -mavx512vnni

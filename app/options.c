@@ -199,7 +199,7 @@ static const cli_opt opts[] = {
      "compute threads (default: the CPUs we may run on)"},
     {"--precision", NULL, T_CHOICE, G_MODEL, ENG, AT(precision), "P", 0, 0, "exact|fast|int8", 0,
      "exact", "fast: bf16 dot products (AVX512-BF16); int8: MXFP4 weights against int8 "
-     "activations (AVX512-VNNI), as llama.cpp; neither exact, both said in --stats"},
+     "activations (AVX512-VNNI or AVX2), as llama.cpp; neither exact, both said in --stats"},
     {"--io-threads", NULL, T_INT, G_MODEL, ENG, AT(io_threads), "N", 1, 256, NULL, 0, NULL,
      "read experts with N pread threads instead of io_uring"},
     {"--cache-slots", NULL, T_INT, G_MODEL, ENG, AT(cache_slots), "N", 1, INT32_MAX, NULL, 0,

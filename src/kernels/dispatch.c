@@ -89,7 +89,8 @@ const ms_kernel_ops *ms_kernels_for(int precision)
     switch (precision) {
     case MS_PRECISION_EXACT: return ms_kernels_exact();
     case MS_PRECISION_FAST: return ms_kernels_avx512_bf16();
-    case MS_PRECISION_INT8: return ms_kernels_avx512_vnni();
+    case MS_PRECISION_INT8:
+        return ms_kernels_avx512_vnni() ? ms_kernels_avx512_vnni() : ms_kernels_avx2_int8();
     default: return NULL;
     }
 }

@@ -143,6 +143,9 @@ const ms_kernel_ops *ms_kernels_avx512_bf16(void);
  * vpdpbusd (AVX512-VNNI) over activations quantised to int8 per block of
  * 32 columns, as llama.cpp's Q8_0; not exact. */
 const ms_kernel_ops *ms_kernels_avx512_vnni(void);
+/* The same arithmetic on AVX2 (vpmaddubsw + vpmaddwd), for --precision int8
+ * on CPUs without AVX512-VNNI. */
+const ms_kernel_ops *ms_kernels_avx2_int8(void);
 /* The exact AMX table: avx512 with BF16 products on the tile unit
  * (AMX-BF16), activations split exactly into three bf16 parts. Tested and
  * benchmarked, not chosen: prefill 2x faster, decode slower (perf.md). */

@@ -352,9 +352,9 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
     if (ms_kernels_set_precision(opts->precision)) {
         free(eng);
         if (opts->precision == MS_PRECISION_INT8)
-            return ms_err_set(err, MS_E_UNSUPPORTED, "precision int8 needs AVX-512 with "
-                              "AVX512-VNNI, which this CPU lacks (its kernels: %s); use the "
-                              "default exact precision", ms_kernels_exact()->name);
+            return ms_err_set(err, MS_E_UNSUPPORTED, "precision int8 needs AVX2 (or AVX-512 "
+                              "with AVX512-VNNI), which this CPU lacks (its kernels: %s); use "
+                              "the default exact precision", ms_kernels_exact()->name);
         if (opts->precision == MS_PRECISION_FAST)
             return ms_err_set(err, MS_E_UNSUPPORTED, "precision fast needs AVX-512 with "
                               "AVX512-BF16, which this CPU lacks (its kernels: %s); use the "

@@ -23,7 +23,7 @@
  * on top of the exact one; its other formats are the exact kernels. Every
  * determinism check holds for it bit for bit, as for the others.
  *
- * The int8 table (--precision int8, AVX512-VNNI) quantises x for MXFP4 per
+ * The int8 tables (--precision int8: AVX512-VNNI, or AVX2) quantise x for MXFP4 per
  * block of 32 columns to q = round(x / d), d = max|x| / 127, so each x
  * moves by at most d / 2 (plus a float rounding of x / d and of d: 4u
  * relative); the integer sums are exact. Its bound for MXFP4 adds
@@ -57,7 +57,8 @@ static int is_fast(ms_wfmt fmt)
 /* Whether (table, format) runs the int8 kernel (activations quantised). */
 static int is_int8(ms_wfmt fmt)
 {
-    return cur_ops && cur_ops == ms_kernels_avx512_vnni() && fmt == MS_WFMT_MXFP4;
+    return cur_ops && (cur_ops == ms_kernels_avx512_vnni() || cur_ops == ms_kernels_avx2_int8()) &&
+           fmt == MS_WFMT_MXFP4;
 }
 
 /* Whether (table, format) runs on the AMX tile unit, which flushes
@@ -313,7 +314,7 @@ static double worst_ratio(const ms_mat *m, const float *X, int n, const float *Y
 
 /* ---- the op tables under test ---- */
 
-static const ms_kernel_ops *tables[6];
+static const ms_kernel_ops *tables[7];
 static int n_tables;
 
 static const char *fmt_name(ms_wfmt f)
@@ -614,13 +615,14 @@ static void run_named(const char *what, void (*fn)(void))
 
 int main(void)
 {
-    const ms_kernel_ops *all[6] = {ms_kernels_scalar(),      ms_kernels_avx2(),
-                                   ms_kernels_avx512(),      ms_kernels_avx512_bf16(),
-                                   ms_kernels_avx512_vnni(), ms_kernels_avx512_amx()};
-    static const char *names[6] = {"scalar", "avx2", "avx512", "avx512_bf16 (fast)",
+    const ms_kernel_ops *all[7] = {ms_kernels_scalar(),      ms_kernels_avx2(),
+                                   ms_kernels_avx2_int8(),   ms_kernels_avx512(),
+                                   ms_kernels_avx512_bf16(), ms_kernels_avx512_vnni(),
+                                   ms_kernels_avx512_amx()};
+    static const char *names[7] = {"scalar", "avx2", "avx2_int8", "avx512", "avx512_bf16 (fast)",
                                    "avx512_vnni (int8)",
                                    "avx512_amx (AMX-TILE and AMX-BF16, granted by the OS)"};
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         if (all[i])
             tables[n_tables++] = all[i];
         else
