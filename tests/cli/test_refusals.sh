@@ -53,7 +53,7 @@ out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --temp -1 2>&1); rc=$?
 out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --threads 65 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--threads expects an integer in \[1, 64\]" && pass threads_over_64_refused || fail threads_over_64_refused "rc=$rc $out"
 out=$("$BIN" run "$FIX" --prompt-ids "$FIX/tokens.txt" --precision fastest 2>&1); rc=$?
-[ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--precision expects exact or fast, got "fastest"' && pass precision_value_refused || fail precision_value_refused "rc=$rc $out"
+[ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--precision expects exact, fast or int8, got "fastest"' && pass precision_value_refused || fail precision_value_refused "rc=$rc $out"
 out=$("$BIN" bench "$FIX" --precision 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--precision needs a value" && pass bench_precision_needs_value || fail bench_precision_needs_value "rc=$rc $out"
 
