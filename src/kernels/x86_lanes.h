@@ -62,8 +62,8 @@ AI void ln_transpose_rows(ms_wfmt f, const float *X, int nt, int64_t ldx, int64_
 }
 
 /* The ms_rows_fn body: fns[nt - 1] are the format's LN_ROWS_NT functions.
- * One token, or a few whose x fits L1, take whole rows (x transposed once,
- * the weights streamed once in order). A batch goes in passes of as many
+ * One token, or a few whose x fits L1, take whole rows when xbuf holds them
+ * (x transposed once, the weights streamed once in order). A batch goes in passes of as many
  * tokens as xbuf holds, each transposed whole; then row blocks, token
  * groups, panels: a token group's x panel stays in L1 across the block's
  * rows, the block's weights in L2 across the groups. Rows wider than xbuf
@@ -73,42 +73,34 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
 {
     const LN_XT *xp[LN_NT];
     int64_t whole = ms_ceil_div(w->cols, LN_BLOCK) * LN_BLOCK;
-    if (n == 1 || (n <= LN_NT && n * whole * (int64_t)sizeof(LN_XT) <= (16 << 10))) {
+    if (n * whole <= LN_XBUF &&
+        (n == 1 || (n <= LN_NT && n * whole * (int64_t)sizeof(LN_XT) <= (16 << 10)))) {
         ln_transpose_rows(f, X, n, ldx, 0, w->cols, xbuf, whole);
         for (int t = 0; t < n; t++)
             xp[t] = xbuf + t * whole;
         fns[n - 1](w, r0, r1, xp, 0, w->cols, Y, ldy);
         return;
     }
-    int64_t panel = whole < LN_PANEL ? whole : LN_PANEL;
-    int wide = whole > LN_XBUF, per_pass = (int)(LN_XBUF / (wide ? panel : whole));
+    /* x is transposed a span at a time: the whole row, or a panel when the
+     * row is wider than xbuf */
+    int64_t panel = whole < LN_PANEL ? whole : LN_PANEL, span = whole > LN_XBUF ? panel : whole;
+    int per_pass = (int)(LN_XBUF / span);
     for (int p0 = 0; p0 < n; p0 += per_pass) {
         int np = n - p0 < per_pass ? n - p0 : per_pass;
-        if (!wide)
-            ln_transpose_rows(f, X + p0 * ldx, np, ldx, 0, w->cols, xbuf, whole);
-        for (int64_t c0 = 0; c0 < (wide ? w->cols : 1); c0 += panel) {
-            int64_t c1 = c0 + panel < w->cols ? c0 + panel : w->cols;
-            if (wide)
-                ln_transpose_rows(f, X + p0 * ldx, np, ldx, c0, c1, xbuf, panel);
-            for (int64_t rb = r0; rb < r1; rb += LN_ROW_BLOCK) {
-                int64_t re = rb + LN_ROW_BLOCK < r1 ? rb + LN_ROW_BLOCK : r1;
+        for (int64_t s0 = 0; s0 < w->cols; s0 += span) {
+            int64_t s1 = s0 + span < w->cols ? s0 + span : w->cols;
+            ln_transpose_rows(f, X + p0 * ldx, np, ldx, s0, s1, xbuf, span);
+            for (int64_t rb = r0; rb < r1; rb += LN_ROW_BLOCK)
                 for (int t0 = 0; t0 < np; t0 += LN_NT) {
                     int nt = np - t0 < LN_NT ? np - t0 : LN_NT;
-                    float *Yg = Y + (p0 + t0) * ldy;
-                    if (wide) {
+                    for (int64_t c0 = s0; c0 < s1; c0 += panel) {
                         for (int t = 0; t < nt; t++)
-                            xp[t] = xbuf + (t0 + t) * panel;
-                        fns[nt - 1](w, rb, re, xp, c0, c1, Yg, ldy);
-                        continue;
-                    }
-                    for (int64_t c = 0; c < w->cols; c += panel) {
-                        for (int t = 0; t < nt; t++)
-                            xp[t] = xbuf + (t0 + t) * whole + c;
-                        fns[nt - 1](w, rb, re, xp, c, c + panel < w->cols ? c + panel : w->cols,
-                                    Yg, ldy);
+                            xp[t] = xbuf + (t0 + t) * span + (c0 - s0);
+                        fns[nt - 1](w, rb, rb + LN_ROW_BLOCK < r1 ? rb + LN_ROW_BLOCK : r1, xp,
+                                    c0, c0 + panel < s1 ? c0 + panel : s1, Y + (p0 + t0) * ldy,
+                                    ldy);
                     }
                 }
-            }
         }
     }
 }

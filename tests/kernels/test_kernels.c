@@ -464,6 +464,15 @@ static void case_threads(void)
     check_driver(&big, 21);
 }
 
+/* Rows wider than any lane-order table's x buffer (x86_lanes.h), which
+ * then transposes x a panel at a time: accuracy, batch == matvecs and row
+ * splits, as for the other shapes. */
+static void case_wide_rows(void)
+{
+    spec s = {cur_fmt, 3, 131104, MS_DTYPE_U8, 0, 0, cur_fmt == MS_WFMT_MXFP4};
+    check_spec(&s);
+}
+
 /* E8M0 extremes: scales 0 (2^-127, subnormal products), 1, 127, 254
  * (2^127: only codes up to 1.5 keep W finite in float, and small x keeps
  * every partial * scale finite). */
@@ -608,7 +617,8 @@ static void run_named(const char *what, void (*fn)(void))
 {
     char name[96];
     snprintf(name, sizeof name, "%s_%s", what, cur_ops->name);
-    if (strcmp(what, "format") == 0 || strcmp(what, "threads") == 0)
+    if (strcmp(what, "format") == 0 || strcmp(what, "threads") == 0 ||
+        strcmp(what, "wide_rows") == 0)
         snprintf(name, sizeof name, "%s_%s_%s", what, cur_ops->name, fmt_name(cur_fmt));
     t_run_case(name, fn);
 }
@@ -634,6 +644,8 @@ int main(void)
             cur_fmt = (ms_wfmt)f;
             run_named("format", case_format);
             run_named("threads", case_threads);
+            if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4)
+                run_named("wide_rows", case_wide_rows);
         }
         run_named("mxfp4_extremes", case_mxfp4_extremes);
         run_named("layout", case_layout);
