@@ -29,6 +29,21 @@ int ms_binder_init(ms_binder *b, const ms_checkpoint *ck, int check_only, ms_err
     return 0;
 }
 
+/* An FP8 block shape [rows, cols] (each in 1..4096, cols a multiple of
+ * cols_unit) into b->fp8_block; -1 when bs is not one. */
+static int block_shape(ms_binder *b, const json_t *bs, int cols_unit)
+{
+    const json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
+    if (json_array_size(bs) != 2 || !json_is_integer(r) || !json_is_integer(c) ||
+        json_integer_value(r) <= 0 || json_integer_value(c) <= 0 ||
+        json_integer_value(c) % cols_unit || json_integer_value(r) > 4096 ||
+        json_integer_value(c) > 4096)
+        return -1;
+    b->fp8_block[0] = (int32_t)json_integer_value(r);
+    b->fp8_block[1] = (int32_t)json_integer_value(c);
+    return 0;
+}
+
 /* compressed-tensors' "float-quantized" format with one config group of 8-bit
  * float weights: weight_scale per output channel, or per block_structure
  * block. Static activation scales (input_scale tensors) are refused: the
@@ -64,19 +79,13 @@ static int compressed_tensors(ms_binder *b, const json_t *q, ms_err *err)
         b->fp8_block[1] = 0;
         return 0;
     }
-    const json_t *bs = json_object_get(w, "block_structure");
-    const json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
-    if (!strategy || strcmp(strategy, "block") || json_array_size(bs) != 2 ||
-        !json_is_integer(r) || !json_is_integer(c) || json_integer_value(r) <= 0 ||
-        json_integer_value(c) <= 0 || json_integer_value(r) > 4096 ||
-        json_integer_value(c) > 4096)
+    if (!strategy || strcmp(strategy, "block") ||
+        block_shape(b, json_object_get(w, "block_structure"), 1))
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config.config_groups."
                           "%s.weights.strategy is %s%s%s: \"channel\", or \"block\" with "
                           "block_structure [rows, cols], is supported", gname,
                           strategy ? "\"" : "", strategy ? strategy : "absent",
                           strategy ? "\"" : "");
-    b->fp8_block[0] = (int32_t)json_integer_value(r);
-    b->fp8_block[1] = (int32_t)json_integer_value(c);
     return 0;
 }
 
@@ -95,14 +104,9 @@ int ms_binder_config(ms_binder *b, const json_t *config, ms_err *err)
     const json_t *bs = json_is_object(q) ? json_object_get(q, "weight_block_size") : NULL;
     if (!bs || json_is_null(bs))
         return 0;
-    const json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
-    if (json_array_size(bs) != 2 || !json_is_integer(r) || !json_is_integer(c) ||
-        json_integer_value(r) <= 0 || json_integer_value(c) <= 0 ||
-        json_integer_value(c) % 32 || json_integer_value(r) > 4096 || json_integer_value(c) > 4096)
+    if (block_shape(b, bs, 32))
         return ms_err_set(err, MS_E_UNSUPPORTED, "config.json: quantization_config."
                           "weight_block_size must be [rows, cols] with cols a multiple of 32");
-    b->fp8_block[0] = (int32_t)json_integer_value(r);
-    b->fp8_block[1] = (int32_t)json_integer_value(c);
     return 0;
 }
 
