@@ -8,7 +8,8 @@
  * of a buffer far larger than the L3); memcpy (read + write) is printed
  * beside it for information. "floor x" is the matvec time over the floor
  * (weight bytes / read-stream bandwidth). Also a batched matmul (n = 8)
- * column. Activations are 64-byte aligned, as the engine's arena gives
+ * column. The opt-in tables (--precision fast, int8) show only the formats
+ * they compute their own way. Activations are 64-byte aligned, as the engine's arena gives
  * them.
  *
  * Every number is the best of ROUNDS passes taken in interleaved rounds
@@ -32,7 +33,7 @@
 static int64_t COLS = 4096; /* --cols */
 #define BATCH 8
 #define ROUNDS 5
-#define N_TABLES 5
+#define N_TABLES 7
 
 static double now(void)
 {
@@ -127,6 +128,16 @@ static double time_matmul(const ms_kernel_ops *ops, const ms_mat *m, const float
     return now() - t0;
 }
 
+/* Whether table k runs format f with the kernel of an earlier table (the
+ * opt-in tables replace only some formats): timed and printed once. */
+static int inherited(const ms_kernel_ops **tables, int k, int f)
+{
+    for (int j = 0; j < k; j++)
+        if (tables[j] && tables[j]->rows[f] == tables[k]->rows[f])
+            return 1;
+    return 0;
+}
+
 /* Best seconds per [table][format][threads-1][matvec, matmul]. */
 typedef double times[N_TABLES][MS_WFMT_COUNT][2][2];
 
@@ -140,6 +151,8 @@ static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const
         if (scalar && round > 0)
             continue;
         for (int f = 0; f < MS_WFMT_COUNT; f++) {
+            if (inherited(tables, k, f))
+                continue;
             ms_mat m = mats[f].m;
             if (scalar)
                 m.rows /= 16;
@@ -162,7 +175,7 @@ static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, tim
            "mv GB/s", "GFLOP/s", "floor x", "mm n=8 GB/s", "GFLOP/s");
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         for (int k = 0; k < N_TABLES; k++) {
-            if (!tables[k])
+            if (!tables[k] || inherited(tables, k, f))
                 continue;
             int scalar = tables[k] == ms_kernels_scalar();
             ms_mat m = mats[f].m;
@@ -217,8 +230,10 @@ int main(int argc, char **argv)
         X[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
     const ms_kernel_ops *tables[N_TABLES] = {ms_kernels_scalar(), ms_kernels_avx2(),
                                              ms_kernels_avx512(), ms_kernels_avx512_bf16(),
-                                             ms_kernels_avx512_amx()};
-    const char *names[N_TABLES] = {"scalar", "avx2", "avx512", "avx512-bf16-fast", "avx512-amx"};
+                                             ms_kernels_avx512_amx(), ms_kernels_avx2_int8(),
+                                             ms_kernels_avx512_vnni()};
+    const char *names[N_TABLES] = {"scalar",     "avx2",      "avx512",        "avx512-bf16-fast",
+                                   "avx512-amx", "avx2-int8", "avx512-vnni-int8"};
     for (int k = 0; k < N_TABLES; k++)
         if (!tables[k])
             printf("skipped: the %s table (this CPU lacks its instructions)\n", names[k]);
