@@ -53,9 +53,9 @@ static void run_query(const qcase *c, const float *q, const float *K, const floa
         int lo = c->lo > c0 ? c->lo - c0 : 0;
         if (lo >= n)
             continue;
-        const float *qs[8];
-        float *sts[8];
-        int los[8], his[8], nq = 0;
+        const float *qs[32];
+        float *sts[32];
+        int los[32], his[32], nq = 0;
         for (int i = 0; i < others; i++) { /* others see the whole chunk */
             qs[nq] = oq + i * c->dk;
             sts[nq] = ost + i * (2 + c->dv);
@@ -149,6 +149,27 @@ static void case_softmax(void)
     }
 }
 
+/* Steps of 16 and more queries with the same keys (MLA's heads): where the
+ * query sees the whole chunk, a vector of them goes by the transposed
+ * queries (x86_attn.h), and its state must be the bits it gets alone (which
+ * the keys-transposed path computes). 7, 15 and 20 others: groups of 8, 16,
+ * 16 + 5 with the query inside each. */
+static void case_wide_groups(void)
+{
+    static const qcase cs[] = {
+        {576, 512, 0, 0, 200, 0.07f, 1.0}, {64, 64, 0, 0, 130, 0.125f, 3.0},
+        {64, 64, 0, 70, 229, 0.125f, 2.0}, {40, 24, 0, 0, 77, 0.16f, 4.0},
+        {8, 8, 0, 0, 64, 0.35f, 1.0},
+    };
+    static const int others[] = {7, 15, 20};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        for (size_t o = 0; o < sizeof others / sizeof others[0]; o++) {
+            double r = check_query(&cs[i], others[o], 0);
+            CHECK(r <= 1.0, "dk %d dv %d keys [%d,%d), %d others: error %.2f x the bound",
+                  cs[i].dk, cs[i].dv, cs[i].lo, cs[i].hi, others[o], r);
+        }
+}
+
 static void case_checker_fails(void)
 {
     qcase c = {64, 64, 0, 0, 100, 0.125f, 1.0};
@@ -199,37 +220,43 @@ static void case_widen(void)
  * values widened to f32 give (the kernel widens exactly as it loads). */
 static void case_bf16_rows(void)
 {
+    enum { NB = 17 };
     static const int dims[][2] = {{64, 64}, {16, 16}, {40, 24}, {576, 512}};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         int dk = dims[di][0], dv = dims[di][1], n = 50;
         uint16_t *kh = malloc((size_t)n * dk * 2), *vh = malloc((size_t)n * dv * 2);
         float *kf = malloc((size_t)n * dk * 4), *vf = malloc((size_t)n * dv * 4);
-        float *q = malloc((size_t)3 * dk * 4), *st[2][3], *s = malloc((size_t)ms_attn_scratch(dk) * 4);
+        float *q = malloc((size_t)NB * dk * 4), *st[2][NB], *s = malloc((size_t)ms_attn_scratch(dk) * 4);
         for (int i = 0; i < n * dk; i++)
             kf[i] = ms_bf16_to_f32(kh[i] = ms_f32_to_bf16(sym(1.0)));
         for (int i = 0; i < n * dv; i++)
             vf[i] = ms_bf16_to_f32(vh[i] = ms_f32_to_bf16(sym(1.0)));
-        for (int i = 0; i < 3 * dk; i++)
+        for (int i = 0; i < NB * dk; i++)
             q[i] = sym(1.0);
-        const float *qs[3] = {q, q + dk, q + 2 * dk};
-        int lo[3] = {0, 0, 7}, hi[3] = {n, n, 41};
+        const float *qs[NB];
+        int lo[NB], hi[NB];
+        for (int w = 0; w < NB; w++) { /* 16 over [0, n) (the wide path), one over [7, 41) */
+            qs[w] = q + (int64_t)w * dk;
+            lo[w] = w == NB - 1 ? 7 : 0;
+            hi[w] = w == NB - 1 ? 41 : n;
+        }
         for (int r = 0; r < 2; r++) {
-            for (int w = 0; w < 3; w++) {
+            for (int w = 0; w < NB; w++) {
                 st[r][w] = calloc((size_t)(2 + dv), 4);
                 st[r][w][0] = -INFINITY;
             }
-            ms_attn_step a = {.nq = 3, .n = n, .dk = dk, .dv = dv, .scale = 0.1f,
+            ms_attn_step a = {.nq = NB, .n = n, .dk = dk, .dv = dv, .scale = 0.1f,
                               .k = r ? (const float *)kh : kf, .v = r ? (const float *)vh : vf,
                               .ldk = dk, .ldv = dv, .q = qs, .lo = lo, .hi = hi, .st = st[r],
                               .s = s, .bf16 = r};
             cur->attn(&a);
         }
         int same = 1;
-        for (int w = 0; w < 3; w++)
+        for (int w = 0; w < NB; w++)
             same &= memcmp(st[0][w], st[1][w], (size_t)(2 + dv) * 4) == 0;
         CHECK(same, "dk %d dv %d: bf16 rows give other bits than their f32 widening", dk, dv);
         for (int r = 0; r < 2; r++)
-            for (int w = 0; w < 3; w++)
+            for (int w = 0; w < NB; w++)
                 free(st[r][w]);
         free(kh);
         free(vh);
@@ -308,6 +335,7 @@ int main(void)
     t_run_case(name, fn);
         RUN(case_softmax)
         RUN(case_checker_fails)
+        RUN(case_wide_groups)
         RUN(case_widen)
         RUN(case_kv_roundtrip)
         RUN(case_bf16_rows)

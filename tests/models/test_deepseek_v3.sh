@@ -34,7 +34,7 @@ absorbed_vs_expanded() {
     $PY tools/oracle/compare.py "$W/$name.feed1.f32" "$W/$name.oracle.f32" --vocab "$(vocab_of "$C")" --tol 1e-5
 }
 
-for cfg in "tiny 7" "tiny2 11" "tiny 5 --no-q-lora"; do
+for cfg in "tiny 7" "tiny2 11" "tiny 5 --no-q-lora" "wide 13"; do
   set -- $cfg; preset=$1; seed=$2; shift 2
   name=$preset$( [ $# -gt 0 ] && echo _noqlora )
   C=$W/$name

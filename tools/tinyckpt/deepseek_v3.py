@@ -27,7 +27,7 @@ experts, dimensions not multiples of 128 (ragged FP8 blocks in both directions),
 gains so a wrong scale index is visible, and fp8 subnormal / zero codes.
 
 CLI:
-  deepseek_v3.py --out DIR [--seed S] [--preset tiny|tiny2] [--shards N] [--drop TENSOR]
+  deepseek_v3.py --out DIR [--seed S] [--preset tiny|tiny2|wide] [--shards N] [--drop TENSOR]
                  [--no-q-lora]
   deepseek_v3.py --check DIR [--like FIXTURE_DIR]     (layout check; exit 1 on problems)
   --no-q-lora: q_lora_rank null and a q_proj (DeepSeek-V2-Lite style, NOT the V3 release;
@@ -66,6 +66,12 @@ PRESETS = {
     "long": dict(hidden=192, layers=1, dense=0, heads=3, q_lora=160, kv_lora=144, nope=32,
                  rope=32, v=24, experts=12, groups=4, topk_group=2, topk=3, shared=1,
                  moe_inter=40, inter=200, vocab=384, factor=40.0, orig_ctx=4096, mscale=1.0,
+                 rsf=2.5),
+    # 64 heads: decode and prefill attention take MLA's heads 16 at a time, as the
+    # released model's 128 do (the kernel's wide path, x86_attn.h)
+    "wide": dict(hidden=192, layers=2, dense=1, heads=64, q_lora=160, kv_lora=144, nope=32,
+                 rope=32, v=24, experts=12, groups=4, topk_group=2, topk=3, shared=1,
+                 moe_inter=40, inter=200, vocab=384, factor=40.0, orig_ctx=256, mscale=1.0,
                  rsf=2.5),
     # 5 heads, rope 48, 2 shared experts, 2 dense layers, mscale 0.707 (V2 style)
     "tiny2": dict(hidden=288, layers=4, dense=2, heads=5, q_lora=136, kv_lora=96, nope=16,
