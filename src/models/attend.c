@@ -11,7 +11,7 @@
 
 enum {
     ROW_BLOCK = 8,          /* rows of one sequence sharing a pass over a chunk */
-    MAX_HEADS = 16,         /* heads per work item */
+    MAX_HEADS = 128,        /* heads per work item */
     PARTIAL_BUDGET = 4 << 20, /* floats of span states per pass (16 MB) */
 };
 
