@@ -231,8 +231,9 @@ AI void xa_values(const ms_attn_step *a, int m, int tail, int bf16, float *const
 }
 
 /* Queries i0 .. i0 + m - 1 of the step (m <= XA_GROUP, or m == XA_WIDE),
- * which all see keys [lo, hi). */
-static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf)
+ * which all see keys [lo, hi); *widened: bf16 keys already widened into
+ * the scratch by an earlier wide group of the step. */
+static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widened)
 {
     int lo = a->lo[i0], hi = a->hi[i0], base = lo - lo % XW, dk = a->dk;
     const float *q[XA_MAX];
@@ -250,12 +251,14 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf)
         xa_queries_t(dk, q, qt);
         const float *k = a->k;
         int64_t ldk = a->ldk;
-        if (a->bf16) {
-            for (int p = base; p < hi; p++)
-                for (int c = 0; c < dk; c += XW)
-                    xv_store_below(kf + (int64_t)(p - base) * dk + c, dk - c,
-                                   xa_row(a->k, a->ldk, 1, p, c, dk - c));
-            k = kf - (int64_t)base * dk;
+        if (a->bf16) { /* the step's keys, widened by its first wide group */
+            if (!*widened)
+                for (int p = 0; p < a->n; p++)
+                    for (int c = 0; c < dk; c += XW)
+                        xv_store_below(kf + (int64_t)p * dk + c, dk - c,
+                                       xa_row(a->k, a->ldk, 1, p, c, dk - c));
+            *widened = 1;
+            k = kf;
             ldk = dk;
         }
         xa_scores_wide(a, k, ldk, qt, base, lo, hi, s, vmax, pf);
@@ -314,13 +317,14 @@ static void attn_x(const ms_attn_step *a)
 {
     xa_pf pf = {{a->next[0], a->next[1]},
                 {a->next[0] ? a->next_bytes[0] : 0, a->next[1] ? a->next_bytes[1] : 0}};
+    int widened = 0;
     for (int i = 0; i < a->nq;) {
         int m = 1;
         while (i + m < a->nq && m < XA_MAX && a->lo[i + m] == a->lo[i] && a->hi[i + m] == a->hi[i])
             m++;
         if (m != XA_WIDE && m > XA_GROUP)
             m = XA_GROUP;
-        xa_group(a, i, m, &pf);
+        xa_group(a, i, m, &pf, &widened);
         i += m;
     }
 }
