@@ -162,13 +162,31 @@ typedef struct srv_spilled {
     int32_t *ids;
     int64_t n, bytes;
     double t;                  /* saved (srv_now), for the least recently used */
+    int64_t write;             /* its file's number in the writer's queue; -1: on disk */
 } srv_spilled;
+/* A conversation's image (ms_session_image) waiting for the writer thread. */
+typedef struct srv_spill_job {
+    char path[1100];
+    void *data;
+    size_t bytes;
+    struct srv_spill_job *next;
+} srv_spill_job;
 typedef struct srv_spill {
     char dir[1024];
     int64_t budget, bytes;     /* budget 0: off */
     int64_t seq;
     srv_spilled e[SRV_SPILL_MAX];
     int n;
+    /* the writer thread (not with a pipeline, whose stages write their own
+     * parts: there the worker writes): files written in queue order */
+    int async;
+    pthread_t writer;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_spill_job *head, *tail;
+    int queued;                /* images in the queue */
+    int64_t queued_n, done_n;  /* writes queued / finished so far */
+    int closing;
 } srv_spill;
 
 struct srv {
@@ -221,7 +239,8 @@ struct srv {
  * (budget 0: off); the files already there are indexed. */
 int srv_spill_open(srv *sv, const char *dir, int64_t budget, ms_error *err);
 void srv_spill_close(srv *sv);
-/* Saves a session holding ids[0, n) (short ones are not worth it). */
+/* Saves a session holding ids[0, n) (short ones are not worth it): its
+ * image is taken at once and written by the writer thread. */
 void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n);
 /* The saved conversation sharing the longest prefix with the prompt (at
  * least a short conversation's worth); -1 when none (*shared: the ids it

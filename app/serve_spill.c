@@ -8,7 +8,15 @@
  * indexed by their ids, so conversations survive a restart. With
  * --pipeline every stage keeps its layers' part in a file of its own beside
  * each one (".stageN"); SIZE counts the first stage's files. Only the
- * worker thread uses it. */
+ * worker thread uses the index.
+ *
+ * Writing a long conversation's cache takes a while (hundreds of MB on a
+ * real model), and the worker decodes every slot: so the worker only takes
+ * the session's image in memory (ms_session_image, a copy) and a writer
+ * thread writes it, in queue order. An entry whose file is still queued is
+ * waited for before it is loaded or removed, and at most SPILL_QUEUE
+ * images wait at once (then the worker waits for the oldest). With a
+ * pipeline the worker writes (each stage writes its own part). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -17,10 +25,55 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pipeline.h"
 #include "serve.h"
 
 /* Shorter conversations are cheaper to evaluate again than to write. */
 #define SPILL_MIN_TOKENS 32
+/* Images waiting for the writer at most. */
+#define SPILL_QUEUE 2
+
+/* Until the writer has finished with entry k's file (written or failed). */
+static void wait_written(srv_spill *sp, const srv_spilled *e)
+{
+    if (e->write < 0)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    while (sp->done_n <= e->write)
+        pthread_cond_wait(&sp->cv, &sp->mu);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+static void *writer_main(void *arg)
+{
+    srv *sv = arg;
+    srv_spill *sp = &sv->spill;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        while (!sp->head && !sp->closing)
+            pthread_cond_wait(&sp->cv, &sp->mu);
+        srv_spill_job *w = sp->head;
+        if (!w)
+            break;
+        pthread_mutex_unlock(&sp->mu);
+        ms_error err = {0};
+        if (ms_session_write_image(w->data, w->bytes, w->path, &err))
+            fprintf(stderr, "moestream serve: prompt cache not saved: %s\n", err.msg);
+        else
+            __atomic_add_fetch(&sv->m_spill_saved, 1, __ATOMIC_RELAXED);
+        free(w->data);
+        pthread_mutex_lock(&sp->mu);
+        sp->head = w->next;
+        if (!sp->head)
+            sp->tail = NULL;
+        sp->queued--;
+        sp->done_n++;
+        free(w);
+        pthread_cond_broadcast(&sp->cv);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
 
 /* A saved conversation's file goes, with its pipeline stages' parts. */
 static void remove_file(const srv *sv, const char *path)
@@ -33,6 +86,7 @@ static void remove_file(const srv *sv, const char *path)
 static void spill_remove(srv *sv, int k)
 {
     srv_spill *sp = &sv->spill;
+    wait_written(sp, &sp->e[k]);
     remove_file(sv, sp->e[k].path);
     sp->bytes -= sp->e[k].bytes;
     free(sp->e[k].ids);
@@ -85,22 +139,82 @@ int srv_spill_open(srv *sv, const char *dir, int64_t budget, ms_error *err)
         }
         e->bytes = (int64_t)st.st_size;
         e->t = (double)st.st_mtime - 1e10; /* older than anything of this run */
+        e->write = -1;
         sp->bytes += e->bytes;
         sp->seq++;
         sp->n++;
     }
     if (d)
         closedir(d);
+    pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->cv, NULL);
+    sp->async = pipeline_stages() == 0 && pthread_create(&sp->writer, NULL, writer_main, sv) == 0;
     fprintf(stderr, "moestream serve: prompt caches on disk in %s (%.1f GB budget, %d "
-            "conversations found)\n", sp->dir, (double)budget / 1e9, sp->n);
+            "conversations found%s)\n", sp->dir, (double)budget / 1e9, sp->n,
+            sp->async ? "" : "; written by the worker thread, which waits for each");
     return 0;
 }
 
 void srv_spill_close(srv *sv)
 {
-    for (int i = 0; i < sv->spill.n; i++)
-        free(sv->spill.e[i].ids);
-    sv->spill.n = 0;
+    srv_spill *sp = &sv->spill;
+    if (sp->async) { /* what is queued is written first */
+        pthread_mutex_lock(&sp->mu);
+        sp->closing = 1;
+        pthread_cond_broadcast(&sp->cv);
+        pthread_mutex_unlock(&sp->mu);
+        pthread_join(sp->writer, NULL);
+        sp->async = 0;
+    }
+    for (int i = 0; i < sp->n; i++)
+        free(sp->e[i].ids);
+    sp->n = 0;
+}
+
+/* Writes s into e->path: its image queued for the writer, or at once (a
+ * pipeline); e->bytes is the file's size. 0, or -1 (said on stderr). */
+static int spill_write(srv *sv, ms_session *s, srv_spilled *e)
+{
+    srv_spill *sp = &sv->spill;
+    ms_error err = {0};
+    if (!sp->async) {
+        struct stat st;
+        if (ms_session_save(s, e->path, &err) || stat(e->path, &st)) {
+            fprintf(stderr, "moestream serve: prompt cache not saved: %s\n", err.msg);
+            return -1;
+        }
+        e->bytes = (int64_t)st.st_size;
+        e->write = -1;
+        __atomic_add_fetch(&sv->m_spill_saved, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    srv_spill_job *w = calloc(1, sizeof *w);
+    if (!w || ms_session_image(s, &w->data, &w->bytes, &err)) {
+        fprintf(stderr, "moestream serve: prompt cache not saved: %s\n",
+                w ? err.msg : "out of memory");
+        free(w);
+        return -1;
+    }
+    e->bytes = (int64_t)w->bytes + 8; /* and the checksum */
+    if (e->bytes > sp->budget) {
+        free(w->data);
+        free(w);
+        return -1;
+    }
+    snprintf(w->path, sizeof w->path, "%s", e->path);
+    pthread_mutex_lock(&sp->mu);
+    while (sp->queued >= SPILL_QUEUE)
+        pthread_cond_wait(&sp->cv, &sp->mu);
+    if (sp->tail)
+        sp->tail->next = w;
+    else
+        sp->head = w;
+    sp->tail = w;
+    sp->queued++;
+    e->write = sp->queued_n++;
+    pthread_cond_broadcast(&sp->cv);
+    pthread_mutex_unlock(&sp->mu);
+    return 0;
 }
 
 void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n)
@@ -114,20 +228,15 @@ void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n)
     srv_spilled e = {0};
     snprintf(e.path, sizeof e.path, "%.1000s/c%d-%lld.kv", sp->dir, (int)getpid(),
              (long long)sp->seq++);
-    ms_error err = {0};
-    struct stat st;
-    if (ms_session_save(s, e.path, &err) || stat(e.path, &st)) {
-        fprintf(stderr, "moestream serve: prompt cache not saved: %s\n", err.msg);
+    if (!(e.ids = malloc(sizeof *ids * (size_t)n)))
+        return;
+    memcpy(e.ids, ids, sizeof *ids * (size_t)n);
+    if (spill_write(sv, s, &e)) {
+        free(e.ids);
         return;
     }
-    e.bytes = (int64_t)st.st_size;
     e.n = n;
     e.t = srv_now();
-    if (!(e.ids = malloc(sizeof *ids * (size_t)n))) {
-        remove_file(sv, e.path);
-        return;
-    }
-    memcpy(e.ids, ids, sizeof *ids * (size_t)n);
     while (sp->n && (sp->n == SRV_SPILL_MAX || sp->bytes + e.bytes > sp->budget)) {
         int old = 0; /* the least recently used goes */
         for (int k = 1; k < sp->n; k++)
@@ -135,13 +244,13 @@ void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n)
         spill_remove(sv, old);
     }
     if (e.bytes > sp->budget) {
+        wait_written(sp, &e);
         remove_file(sv, e.path);
         free(e.ids);
         return;
     }
     sp->e[sp->n++] = e;
     sp->bytes += e.bytes;
-    __atomic_add_fetch(&sv->m_spill_saved, 1, __ATOMIC_RELAXED);
 }
 
 int srv_spill_find(const srv *sv, const int32_t *ids, int64_t n, int64_t *shared)
@@ -166,6 +275,7 @@ int srv_spill_take(srv *sv, int k, ms_session *s)
 {
     srv_spill *sp = &sv->spill;
     ms_error err = {0};
+    wait_written(sp, &sp->e[k]);
     int rc = ms_session_load(s, sp->e[k].path, &err);
     if (rc)
         fprintf(stderr, "moestream serve: prompt cache %s not loaded: %s\n", sp->e[k].path,

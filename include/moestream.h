@@ -209,6 +209,12 @@ const int32_t *ms_session_ids(const ms_session *s, int64_t *n);
  * that fails leaves the session empty. ms_session_file_remove deletes a
  * session file and its stages' parts. */
 int ms_session_save(const ms_session *s, const char *path, ms_error *err);
+/* The same file built in memory (*data, *bytes; caller frees) at the speed
+ * of a copy, and written later, on any thread, by ms_session_write_image
+ * (which adds the checksum): a server saves a conversation this way
+ * without holding up the others' decoding. Refused with a pipeline. */
+int ms_session_image(const ms_session *s, void **data, size_t *bytes, ms_error *err);
+int ms_session_write_image(const void *data, size_t bytes, const char *path, ms_error *err);
 int ms_session_load(ms_session *s, const char *path, ms_error *err);
 int ms_session_file_remove(const ms_engine *eng, const char *path, ms_error *err);
 int ms_session_file_ids(const char *path, const ms_engine *eng, int32_t **ids, int64_t *n,

@@ -40,6 +40,8 @@ typedef struct header {
     int64_t ctx, pos, vocab, n_layers, fmt, have_logits, layer0, layer1, have_ids;
 } header;
 
+#define FNV_START 14695981039346656037ull /* FNV-1a's offset basis */
+
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     const uint8_t *b = p;
@@ -51,7 +53,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 /* The identity of the engine's checkpoint (see the file comment). */
 static uint64_t model_id(const ms_engine *eng)
 {
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = FNV_START;
     char real[PATH_MAX];
     const char *dir = realpath(eng->ck->dir, real) ? real : eng->ck->dir;
     h = fnv(h, dir, strlen(dir));
@@ -71,16 +73,23 @@ static uint64_t model_id(const ms_engine *eng)
 }
 
 typedef struct io {
-    FILE *f;
+    FILE *f;      /* a file read or written (checksummed), */
+    uint8_t *mem; /* or an image built in memory (ms_session_image: summed when written), */
+    size_t at;    /* or neither: bytes counted */
     uint64_t sum;
     int bad;
 } io;
 
 static void put(io *o, const void *p, size_t n)
 {
-    if (!o->bad && fwrite(p, 1, n, o->f) != n)
-        o->bad = 1;
-    o->sum = fnv(o->sum, p, n);
+    if (o->mem) {
+        memcpy(o->mem + o->at, p, n);
+    } else if (o->f) {
+        if (!o->bad && fwrite(p, 1, n, o->f) != n)
+            o->bad = 1;
+        o->sum = fnv(o->sum, p, n);
+    }
+    o->at += n;
 }
 
 static int get(io *o, void *p, size_t n)
@@ -154,34 +163,43 @@ static int stage_files(const ms_session *s, int op, const char *path, ms_err *er
     return k->file(k->user, op, s->sid, s->ctx, (int32_t)s->kv_fmt, path, err);
 }
 
-int ms_session_save(const ms_session *s, const char *path, ms_error *err)
+/* Everything of the file but its checksum: header, ids, logits, layers. */
+static void put_session(const ms_session *s, io *o)
 {
     const ms_model *m = s->eng->model;
-    if (stage_files(s, MS_STAGE_SAVE, path, err))
-        return -1;
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return ms_err_set(err, MS_E_ARG, "%s: path too long", path);
-    io o = {.f = fopen(tmp, "wbx"), .sum = 14695981039346656037ull};
-    if (!o.f)
-        return ms_err_set(err, MS_E_IO, "%s: cannot create (%s)", tmp, strerror(errno));
     header h = {.model = model_id(s->eng), .ctx = s->ctx, .pos = s->pos, .vocab = m->vocab,
                 .n_layers = m->n_layers, .fmt = s->kv_fmt,
                 .have_logits = m->ends && s->have_logits, .layer0 = m->layer0,
                 .layer1 = m->layer1, .have_ids = m->ends};
     memcpy(h.magic, magic, sizeof magic);
-    put(&o, &h, sizeof h);
+    put(o, &h, sizeof h);
     if (h.have_ids)
-        put(&o, s->hist, sizeof *s->hist * (size_t)s->pos);
+        put(o, s->hist, sizeof *s->hist * (size_t)s->pos);
     if (h.have_logits)
-        put(&o, s->logits, sizeof *s->logits * (size_t)m->vocab);
+        put(o, s->logits, sizeof *s->logits * (size_t)m->vocab);
     for (int l = m->layer0; l < m->layer1; l++)
-        put_layer(&o, &s->kv[l], s->pos);
-    uint64_t sum = o.sum;
-    put(&o, &sum, sizeof sum);
-    if (fclose(o.f) != 0)
-        o.bad = 1;
-    if (o.bad || rename(tmp, path) != 0) {
+        put_layer(o, &s->kv[l], s->pos);
+}
+
+/* A file is written beside path and renamed onto it once whole, so that a
+ * reader never sees a part of one. */
+static int open_tmp(const char *path, char *tmp, size_t size, io *o, ms_err *err)
+{
+    if (snprintf(tmp, size, "%s.tmp.%d", path, (int)getpid()) >= (int)size)
+        return ms_err_set(err, MS_E_ARG, "%s: path too long", path);
+    *o = (io){.f = fopen(tmp, "wbx"), .sum = FNV_START};
+    if (!o->f)
+        return ms_err_set(err, MS_E_IO, "%s: cannot create (%s)", tmp, strerror(errno));
+    return 0;
+}
+
+static int commit_tmp(io *o, const char *tmp, const char *path, ms_err *err)
+{
+    uint64_t sum = o->sum;
+    put(o, &sum, sizeof sum);
+    if (fclose(o->f) != 0)
+        o->bad = 1;
+    if (o->bad || rename(tmp, path) != 0) {
         unlink(tmp);
         return ms_err_set(err, MS_E_IO, "%s: cannot write the session (%s)", path,
                           strerror(errno ? errno : EIO));
@@ -189,12 +207,50 @@ int ms_session_save(const ms_session *s, const char *path, ms_error *err)
     return 0;
 }
 
+int ms_session_save(const ms_session *s, const char *path, ms_error *err)
+{
+    char tmp[PATH_MAX];
+    io o;
+    if (stage_files(s, MS_STAGE_SAVE, path, err) || open_tmp(path, tmp, sizeof tmp, &o, err))
+        return -1;
+    put_session(s, &o);
+    return commit_tmp(&o, tmp, path, err);
+}
+
+int ms_session_image(const ms_session *s, void **data, size_t *bytes, ms_error *err)
+{
+    *data = NULL;
+    *bytes = 0;
+    if (s->eng->link.send)
+        return ms_err_set(err, MS_E_UNSUPPORTED, "a session's image in memory is not "
+                          "available over a pipeline (each stage keeps its own part)");
+    io count = {0};
+    put_session(s, &count);
+    io o = {.mem = ms_malloc(count.at ? count.at : 1, "session image", err)};
+    if (!o.mem)
+        return -1;
+    put_session(s, &o);
+    *data = o.mem;
+    *bytes = o.at;
+    return 0;
+}
+
+int ms_session_write_image(const void *data, size_t bytes, const char *path, ms_error *err)
+{
+    char tmp[PATH_MAX];
+    io o;
+    if (open_tmp(path, tmp, sizeof tmp, &o, err))
+        return -1;
+    put(&o, data, bytes);
+    return commit_tmp(&o, tmp, path, err);
+}
+
 /* Opens path and checks its header against the engine (and, when s is not
  * NULL, the session's context and format). */
 static int open_file(const char *path, const ms_engine *eng, const ms_session *s, io *o,
                      header *h, ms_err *err)
 {
-    *o = (io){.f = fopen(path, "rb"), .sum = 14695981039346656037ull};
+    *o = (io){.f = fopen(path, "rb"), .sum = FNV_START};
     if (!o->f)
         return ms_err_set(err, MS_E_IO, "%s: cannot open (%s)", path, strerror(errno));
     const ms_model *m = eng->model;

@@ -7,21 +7,39 @@
  * cut or damaged file; a refusal from the header leaves the session as it
  * was. */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "test.h"
 #include "moestream.h"
 
-/* Evaluates a prompt of n ids in a, saves, loads into b, then decodes 6
- * greedy steps in both: every step's logits equal. */
+/* Whether two files hold the same bytes. */
+static int same_file(const char *p, const char *q)
+{
+    FILE *a = fopen(p, "rb"), *b = fopen(q, "rb");
+    int same = a && b, ca, cb;
+    while (same && ((ca = getc(a)) != EOF) | ((cb = getc(b)) != EOF))
+        same = ca == cb;
+    if (a)
+        fclose(a);
+    if (b)
+        fclose(b);
+    return same;
+}
+
+/* Evaluates a prompt of n ids in a, saves it, writes its image to a second
+ * file (the same bytes), loads that into b, then decodes 6 greedy steps in
+ * both: every step's logits equal. */
 static void roundtrip(ms_engine *eng, int kv, int64_t n, const char *what)
 {
     ms_error err = {0};
     ms_session *a = NULL, *b = NULL;
     ms_session_opts so = {.ctx = 512, .kv_format = kv};
     int32_t V = ms_engine_info(eng)->vocab_size;
-    char path[600];
+    char path[600], path2[620];
     snprintf(path, sizeof path, "%s/session_%s_%d.kv", t_tmpdir(), what, kv);
+    snprintf(path2, sizeof path2, "%s.image", path);
     if (ms_session_open(eng, &so, &a, &err) || ms_session_open(eng, &so, &b, &err)) {
         CHECK(0, "%s: %s", what, err.msg);
         goto out;
@@ -29,8 +47,19 @@ static void roundtrip(ms_engine *eng, int kv, int64_t n, const char *what)
     int32_t ids[400];
     for (int64_t i = 0; i < n; i++)
         ids[i] = (int32_t)((i * 37 + 11) % (V - 20));
+    /* the same file through the image in memory (a server's writer thread) */
+    void *img = NULL;
+    size_t img_bytes = 0;
     if (ms_session_eval(a, ids, n, NULL, &err) || ms_session_save(a, path, &err) ||
-        ms_session_load(b, path, &err)) {
+        ms_session_image(a, &img, &img_bytes, &err) ||
+        ms_session_write_image(img, img_bytes, path2, &err)) {
+        CHECK(0, "%s kv %d: %s", what, kv, err.msg);
+        free(img);
+        goto out;
+    }
+    free(img);
+    CHECK(same_file(path, path2), "%s kv %d: the image written is not the saved file", what, kv);
+    if (ms_session_load(b, path2, &err)) {
         CHECK(0, "%s kv %d: %s", what, kv, err.msg);
         goto out;
     }
@@ -50,6 +79,7 @@ static void roundtrip(ms_engine *eng, int kv, int64_t n, const char *what)
     }
 out:
     unlink(path);
+    unlink(path2);
     ms_session_close(a);
     ms_session_close(b);
 }

@@ -221,6 +221,18 @@ static void check_model(const char *dir, const char *name)
                       K, inflight);
             CHECK(c.nq == 0 && c.closed == 3, "%s: %d stages: %d results left, %d closes",
                   name, K, c.nq, c.closed);
+            if (ok) { /* an image in memory would lack the stages' parts: refused */
+                ms_session *s = NULL;
+                void *img = NULL;
+                size_t nb = 0;
+                ms_error e2 = {0};
+                ms_session_opts o1 = {.ctx = 64};
+                CHECK(ms_session_open(e0, &o1, &s, &e2) == 0 &&
+                          ms_session_image(s, &img, &nb, &e2) != 0 && strstr(e2.msg, "pipeline"),
+                      "%s: %d stages: a session's image is not refused: %s", name, K, e2.msg);
+                free(img);
+                ms_session_close(s);
+            }
             ms_stage_file_path(path, 1, part, sizeof part);
             CHECK(access(path, F_OK) != 0 && access(part, F_OK) != 0,
                   "%s: %d stages: the session file or its stage 1 part is left", name, K);
