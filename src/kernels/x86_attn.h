@@ -114,8 +114,8 @@ AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const flo
         for (int w = 0; w < m; w++)
             acc[w] = xv_zero();
         for (int d = 0; d < dk; d++) {
-            xa_prefetch(pf);
-            xa_prefetch(pf);
+            xa_prefetch_l2(pf);
+            xa_prefetch_l2(pf);
             XV kv = xv_loadu(kb + d * XW);
 #pragma GCC unroll 8
             for (int w = 0; w < m; w++)
