@@ -290,3 +290,22 @@ void ms_matvec(const ms_mat *w, const float *x, float *y)
 {
     ms_matmul_ops(ms_kernels(), w, x, 1, y);
 }
+
+const ms_kernel_ops *ms_kernels_derive(ms_derived_ops *d)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    const ms_kernel_ops *b = d->base();
+    if (!b)
+        return NULL;
+    pthread_mutex_lock(&mu);
+    if (!d->built) {
+        d->ops = *b;
+        d->ops.name = d->name;
+        for (int f = 0; f < MS_WFMT_COUNT; f++)
+            if (d->rows[f])
+                d->ops.rows[f] = d->rows[f];
+        d->built = 1;
+    }
+    pthread_mutex_unlock(&mu);
+    return &d->ops;
+}

@@ -103,4 +103,16 @@ static inline uint8_t ms_mx_scale_byte(const ms_mat *w, int64_t r, int64_t g)
     return ((const uint8_t *)w->scale)[r * (w->cols / 32) + g];
 }
 
+/* An opt-in table (--precision fast, int8): a base table with some formats'
+ * rows replaced, built on first use (thread-safe); NULL where the base is.
+ * The caller checks the instructions its own rows need. */
+typedef struct ms_derived_ops {
+    const ms_kernel_ops *(*base)(void);
+    const char *name;
+    ms_rows_fn rows[MS_WFMT_COUNT]; /* NULL: the base's */
+    ms_kernel_ops ops;              /* built */
+    int built;
+} ms_derived_ops;
+const ms_kernel_ops *ms_kernels_derive(ms_derived_ops *d);
+
 #endif

@@ -23,7 +23,6 @@
  * plain C: it runs once per call and token, the rows loop many times. */
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 
 #include "kernels/internal.h"
 
@@ -154,20 +153,11 @@ static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, floa
     ln_rows(MS_WFMT_MXFP4, fns, xbuf, w, X, n, ldx, Y, ldy, r0, r1);
 }
 
-static ms_kernel_ops int8_ops; /* the avx2 table with the int8 MXFP4 kernel */
-
-static void build(void)
-{
-    int8_ops = *ms_kernels_avx2();
-    int8_ops.name = "avx2-int8";
-    int8_ops.rows[MS_WFMT_MXFP4] = rows_mxfp4;
-}
-
 const ms_kernel_ops *ms_kernels_avx2_int8(void)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    if (!ms_kernels_avx2())
-        return NULL;
-    pthread_once(&once, build);
-    return &int8_ops;
+    /* the avx2 table with the int8 MXFP4 kernel */
+    static ms_derived_ops d = {.base = ms_kernels_avx2,
+                               .name = "avx2-int8",
+                               .rows = {[MS_WFMT_MXFP4] = rows_mxfp4}};
+    return ms_kernels_derive(&d);
 }

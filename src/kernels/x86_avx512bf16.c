@@ -24,7 +24,6 @@
  * alone, batched or in any row range: panels of MX_PANEL columns, each
  * reduced by a fixed tree and added in order. */
 #include <immintrin.h>
-#include <pthread.h>
 
 #include "kernels/internal.h"
 #include "kernels/x86_avx512_common.h"
@@ -221,22 +220,13 @@ static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, floa
     rows_fast(MS_WFMT_MXFP4, w, X, n, ldx, Y, ldy, r0, r1);
 }
 
-static ms_kernel_ops fast_ops; /* the avx512 table with the two fast kernels */
-
-static void build(void)
-{
-    fast_ops = *ms_kernels_avx512();
-    fast_ops.name = "avx512-bf16-fast";
-    fast_ops.rows[MS_WFMT_BF16] = rows_bf16;
-    fast_ops.rows[MS_WFMT_MXFP4] = rows_mxfp4;
-}
-
 const ms_kernel_ops *ms_kernels_avx512_bf16(void)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    /* the avx512 table with the two fast kernels */
+    static ms_derived_ops d = {.base = ms_kernels_avx512,
+                               .name = "avx512-bf16-fast",
+                               .rows = {[MS_WFMT_BF16] = rows_bf16,
+                                        [MS_WFMT_MXFP4] = rows_mxfp4}};
     __builtin_cpu_init();
-    if (!ms_kernels_avx512() || !__builtin_cpu_supports("avx512bf16"))
-        return NULL;
-    pthread_once(&once, build);
-    return &fast_ops;
+    return __builtin_cpu_supports("avx512bf16") ? ms_kernels_derive(&d) : NULL;
 }

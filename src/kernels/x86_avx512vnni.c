@@ -28,7 +28,6 @@
  * columns' q, xo[64] the odd ones', the 16 lanes' corrections (int32) and
  * the 16 lanes' activation scales (float, times 1/2). */
 #include <immintrin.h>
-#include <pthread.h>
 
 #include "kernels/internal.h"
 #include "kernels/x86_avx512_common.h"
@@ -168,21 +167,12 @@ static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, floa
     ln_rows(MS_WFMT_MXFP4, fns, xbuf, w, X, n, ldx, Y, ldy, r0, r1);
 }
 
-static ms_kernel_ops int8_ops; /* the avx512 table with the int8 MXFP4 kernel */
-
-static void build(void)
-{
-    int8_ops = *ms_kernels_avx512();
-    int8_ops.name = "avx512-vnni-int8";
-    int8_ops.rows[MS_WFMT_MXFP4] = rows_mxfp4;
-}
-
 const ms_kernel_ops *ms_kernels_avx512_vnni(void)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    /* the avx512 table with the int8 MXFP4 kernel */
+    static ms_derived_ops d = {.base = ms_kernels_avx512,
+                               .name = "avx512-vnni-int8",
+                               .rows = {[MS_WFMT_MXFP4] = rows_mxfp4}};
     __builtin_cpu_init();
-    if (!ms_kernels_avx512() || !__builtin_cpu_supports("avx512vnni"))
-        return NULL;
-    pthread_once(&once, build);
-    return &int8_ops;
+    return __builtin_cpu_supports("avx512vnni") ? ms_kernels_derive(&d) : NULL;
 }
