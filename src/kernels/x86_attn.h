@@ -79,22 +79,16 @@ typedef struct xa_pf {
     int64_t left[2];
 } xa_pf;
 
-AI void xa_prefetch_l2(xa_pf *f)
-{
-    int r = f->left[0] > 0 ? 0 : f->left[1] > 0 ? 1 : -1;
-    if (r < 0)
-        return;
-    _mm_prefetch(f->p[r], _MM_HINT_T1);
-    f->p[r] += 64;
-    f->left[r] -= 64;
-}
-/* Asks for the next 64-byte line of the regions, if any is left. */
+/* Asks for the next 64-byte line of the regions, if any is left, into L2:
+ * the step's own keys, their transpose (or the transposed queries) and
+ * values fill a 32 KB L1, which the next chunk would evict (docs/perf.md,
+ * "Long context"). */
 AI void xa_prefetch(xa_pf *f)
 {
     int r = f->left[0] > 0 ? 0 : f->left[1] > 0 ? 1 : -1;
     if (r < 0)
         return;
-    _mm_prefetch(f->p[r], _MM_HINT_T0);
+    _mm_prefetch(f->p[r], _MM_HINT_T1);
     f->p[r] += 64;
     f->left[r] -= 64;
 }
@@ -114,8 +108,8 @@ AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const flo
         for (int w = 0; w < m; w++)
             acc[w] = xv_zero();
         for (int d = 0; d < dk; d++) {
-            xa_prefetch_l2(pf);
-            xa_prefetch_l2(pf);
+            xa_prefetch(pf);
+            xa_prefetch(pf);
             XV kv = xv_loadu(kb + d * XW);
 #pragma GCC unroll 8
             for (int w = 0; w < m; w++)
@@ -167,8 +161,8 @@ AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, cons
             acc[j] = xv_zero();
         }
         for (int d = 0; d < dk; d++) {
-            xa_prefetch_l2(pf);
-            xa_prefetch_l2(pf);
+            xa_prefetch(pf);
+            xa_prefetch(pf);
             XV qv = xv_loadu(qt + (int64_t)d * XW);
 #pragma GCC unroll 16
             for (int j = 0; j < XW; j++)
