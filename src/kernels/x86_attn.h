@@ -85,22 +85,27 @@ typedef struct xa_pf {
  * "Long context"). */
 AI void xa_prefetch(xa_pf *f)
 {
-    int r = f->left[0] > 0 ? 0 : f->left[1] > 0 ? 1 : -1;
-    if (r < 0)
-        return;
-    _mm_prefetch(f->p[r], _MM_HINT_T1);
-    f->p[r] += 64;
-    f->left[r] -= 64;
+    if (f->left[0] > 0) {
+        _mm_prefetch(f->p[0], _MM_HINT_T1);
+        f->p[0] += 64;
+        f->left[0] -= 64;
+    } else if (f->left[1] > 0) {
+        _mm_prefetch(f->p[1], _MM_HINT_T1);
+        f->p[1] += 64;
+        f->left[1] -= 64;
+    }
 }
 
 /* The scores of keys [base, hi) for m (a constant where inlined) queries
  * q[0..m) into s[w] (relative to base), masked to [lo, hi) with -inf;
  * their maxima into vmax[w]. */
 AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const float *kt,
-                  int base, int lo, int hi, float *const *s, XV *vmax, xa_pf *pf)
+                  int base, int lo, int hi, float *const *s, XV *vmax, xa_pf *pfp)
 {
     int dk = a->dk;
     XV sc = xv_set1(a->scale);
+    xa_pf cur = *pfp, *pf = &cur; /* in registers: through memory, the cursor's
+                                   * updates were a chain of store-to-load waits */
     for (int p0 = base, b = 0; p0 < hi; p0 += XW, b++) {
         const float *kb = kt + (int64_t)b * dk * XW;
         XV acc[XA_GROUP];
@@ -108,7 +113,6 @@ AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const flo
         for (int w = 0; w < m; w++)
             acc[w] = xv_zero();
         for (int d = 0; d < dk; d++) {
-            xa_prefetch(pf);
             xa_prefetch(pf);
             XV kv = xv_loadu(kb + d * XW);
 #pragma GCC unroll 8
@@ -124,6 +128,7 @@ AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const flo
             vmax[w] = xv_max(vmax[w], v);
         }
     }
+    *pfp = cur;
 }
 
 /* qt[d * XW + w] = q[w][d] for the XW queries, d < dk. */
@@ -148,10 +153,11 @@ AI void xa_queries_t(int dk, const float *const *q, float *qt)
  * is transposed into acc[w] (lane j = key p0 + j). Rows past hi repeat
  * row p0; their lanes are masked as in xa_scores. */
 AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, const float *qt,
-                       int base, int lo, int hi, float *const *s, XV *vmax, xa_pf *pf)
+                       int base, int lo, int hi, float *const *s, XV *vmax, xa_pf *pfp)
 {
     int dk = a->dk;
     XV sc = xv_set1(a->scale);
+    xa_pf cur = *pfp, *pf = &cur; /* in registers, as in xa_scores */
     for (int p0 = base; p0 < hi; p0 += XW) {
         const float *kr[XW];
         XV acc[XW];
@@ -178,6 +184,7 @@ AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, cons
             vmax[w] = xv_max(vmax[w], v);
         }
     }
+    *pfp = cur;
 }
 
 /* acc[w][d0, d0 + XA_VD * XW) (of which `left` lanes are real, all when
@@ -190,8 +197,10 @@ AI XV xa_vload(const float *p, int c, int tail, int left)
 }
 
 AI void xa_values(const ms_attn_step *a, int m, int tail, int bf16, float *const *acc, int d0,
-                  int left, const float *al, float *const *e, int base, int lo, int hi)
+                  int left, const float *al, float *const *e, int base, int lo, int hi,
+                  xa_pf *pfp)
 {
+    xa_pf cur = *pfp, *pf = &cur;
     XV r[XA_VQ][XA_VD];
 #pragma GCC unroll 4
     for (int w = 0; w < m; w++)
@@ -201,6 +210,8 @@ AI void xa_values(const ms_attn_step *a, int m, int tail, int bf16, float *const
     for (int p = lo; p < hi; p++) {
         const float *v = a->v + (int64_t)p * a->ldv + d0;
         XV x[XA_VD];
+        xa_prefetch(pf);
+        xa_prefetch(pf);
 #pragma GCC unroll 4
         for (int c = 0; c < XA_VD; c++)
             x[c] = bf16 ? xa_row(a->v, a->ldv, 1, p, d0 + c * XW, left - c * XW)
@@ -222,6 +233,7 @@ AI void xa_values(const ms_attn_step *a, int m, int tail, int bf16, float *const
             else
                 xv_storeu(acc[w] + d0 + c * XW, r[w][c]);
         }
+    *pfp = cur;
 }
 
 /* Queries i0 .. i0 + m - 1 of the step (m <= XA_GROUP, or m == XA_WIDE),
@@ -293,11 +305,11 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
 #define XA_V(M)                                                                      \
     case M:                                                                          \
         if (a->bf16)                                                                 \
-            xa_values(a, M, 1, 1, acc + w, d0, left, al + w, s + w, base, lo, hi);   \
+            xa_values(a, M, 1, 1, acc + w, d0, left, al + w, s + w, base, lo, hi, pf); \
         else if (tail)                                                               \
-            xa_values(a, M, 1, 0, acc + w, d0, left, al + w, s + w, base, lo, hi);   \
+            xa_values(a, M, 1, 0, acc + w, d0, left, al + w, s + w, base, lo, hi, pf); \
         else                                                                         \
-            xa_values(a, M, 0, 0, acc + w, d0, left, al + w, s + w, base, lo, hi);   \
+            xa_values(a, M, 0, 0, acc + w, d0, left, al + w, s + w, base, lo, hi, pf); \
         break;
             switch (mw) { XA_V(1) XA_V(2) XA_V(3) XA_V(4) }
 #undef XA_V
