@@ -96,6 +96,17 @@ AI void xa_prefetch(xa_pf *f)
     }
 }
 
+/* One query's scores of keys p0 .. p0 + XW - 1 (acc, unscaled) into out,
+ * those outside [lo, hi) as -inf, and their maximum into *vmax. */
+AI void xa_put_scores(XV acc, XV sc, int p0, int lo, int hi, float *out, XV *vmax)
+{
+    XV v = xv_mul(acc, sc);
+    if (p0 < lo || p0 + XW > hi)
+        v = xv_keep(v, lo - p0, hi - p0, -INFINITY);
+    xv_storeu(out, v);
+    *vmax = xv_max(*vmax, v);
+}
+
 /* The scores of keys [base, hi) for m (a constant where inlined) queries
  * q[0..m) into s[w] (relative to base), masked to [lo, hi) with -inf;
  * their maxima into vmax[w]. */
@@ -120,13 +131,8 @@ AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const flo
                 acc[w] = xv_fma(xv_set1(q[w][d]), kv, acc[w]);
         }
 #pragma GCC unroll 8
-        for (int w = 0; w < m; w++) {
-            XV v = xv_mul(acc[w], sc);
-            if (p0 < lo || p0 + XW > hi)
-                v = xv_keep(v, lo - p0, hi - p0, -INFINITY);
-            xv_storeu(s[w] + (p0 - base), v);
-            vmax[w] = xv_max(vmax[w], v);
-        }
+        for (int w = 0; w < m; w++)
+            xa_put_scores(acc[w], sc, p0, lo, hi, s[w] + (p0 - base), &vmax[w]);
     }
     *pfp = cur;
 }
@@ -176,13 +182,8 @@ AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, cons
         }
         xv_transpose(acc);
 #pragma GCC unroll 16
-        for (int w = 0; w < XW; w++) {
-            XV v = xv_mul(acc[w], sc);
-            if (p0 < lo || p0 + XW > hi)
-                v = xv_keep(v, lo - p0, hi - p0, -INFINITY);
-            xv_storeu(s[w] + (p0 - base), v);
-            vmax[w] = xv_max(vmax[w], v);
-        }
+        for (int w = 0; w < XW; w++)
+            xa_put_scores(acc[w], sc, p0, lo, hi, s[w] + (p0 - base), &vmax[w]);
     }
     *pfp = cur;
 }
