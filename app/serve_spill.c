@@ -171,28 +171,44 @@ void srv_spill_close(srv *sv)
     sp->n = 0;
 }
 
-/* Writes s into e->path: its image queued for the writer, or at once (a
- * pipeline); e->bytes is the file's size. 0, or -1 (said on stderr). */
+/* Writes s into e->path at once (a pipeline, or an image too big to copy);
+ * e->bytes is the file's size. 0, or -1 (said on stderr). */
+static int spill_write_now(srv *sv, ms_session *s, srv_spilled *e)
+{
+    ms_error err = {0};
+    struct stat st;
+    if (ms_session_save(s, e->path, &err) || stat(e->path, &st)) {
+        fprintf(stderr, "moestream serve: prompt cache not saved: %s\n", err.msg);
+        return -1;
+    }
+    e->bytes = (int64_t)st.st_size;
+    e->write = -1;
+    __atomic_add_fetch(&sv->m_spill_saved, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* Writes s into e->path: its image queued for the writer, or at once when
+ * there is no writer or the image is too big to copy; e->bytes is the
+ * file's size. 0, or -1 (said on stderr). */
 static int spill_write(srv *sv, ms_session *s, srv_spilled *e)
 {
     srv_spill *sp = &sv->spill;
     ms_error err = {0};
-    if (!sp->async) {
-        struct stat st;
-        if (ms_session_save(s, e->path, &err) || stat(e->path, &st)) {
-            fprintf(stderr, "moestream serve: prompt cache not saved: %s\n", err.msg);
-            return -1;
-        }
-        e->bytes = (int64_t)st.st_size;
-        e->write = -1;
-        __atomic_add_fetch(&sv->m_spill_saved, 1, __ATOMIC_RELAXED);
-        return 0;
-    }
+    if (!sp->async)
+        return spill_write_now(sv, s, e);
     srv_spill_job *w = calloc(1, sizeof *w);
-    if (!w || ms_session_image(s, &w->data, &w->bytes, &err)) {
-        fprintf(stderr, "moestream serve: prompt cache not saved: %s\n",
-                w ? err.msg : "out of memory");
+    if (!w) {
+        fprintf(stderr, "moestream serve: prompt cache not saved: out of memory\n");
+        return -1;
+    }
+    if (ms_session_image(s, &w->data, &w->bytes, &err)) {
         free(w);
+        if (err.code == MS_E_NOMEM) { /* too big to copy: written here, the slots wait */
+            fprintf(stderr, "moestream serve: prompt cache written by the worker: %s\n",
+                    err.msg);
+            return spill_write_now(sv, s, e);
+        }
+        fprintf(stderr, "moestream serve: prompt cache not saved: %s\n", err.msg);
         return -1;
     }
     e->bytes = (int64_t)w->bytes + 8; /* and the checksum */

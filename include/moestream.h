@@ -212,7 +212,10 @@ int ms_session_save(const ms_session *s, const char *path, ms_error *err);
 /* The same file built in memory (*data, *bytes; caller frees) at the speed
  * of a copy, and written later, on any thread, by ms_session_write_image
  * (which adds the checksum): a server saves a conversation this way
- * without holding up the others' decoding. Refused with a pipeline. */
+ * without holding up the others' decoding. Refused with a pipeline, and
+ * with MS_E_NOMEM (nothing allocated) when the image would take more than
+ * half the memory available (a memory cgroup's limit counted): write the
+ * file directly then. */
 int ms_session_image(const ms_session *s, void **data, size_t *bytes, ms_error *err);
 int ms_session_write_image(const void *data, size_t bytes, const char *path, ms_error *err);
 int ms_session_load(ms_session *s, const char *path, ms_error *err);

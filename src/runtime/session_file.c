@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "base/error.h"
+#include "base/sysmem.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
 
@@ -226,6 +227,11 @@ int ms_session_image(const ms_session *s, void **data, size_t *bytes, ms_error *
                           "available over a pipeline (each stage keeps its own part)");
     io count = {0};
     put_session(s, &count);
+    uint64_t avail = ms_mem_available();
+    if (avail && count.at > avail / 2)
+        return ms_err_set(err, MS_E_NOMEM, "a session image of %.1f MB would take more than "
+                          "half the %.1f MB of memory available", (double)count.at / 1e6,
+                          (double)avail / 1e6);
     io o = {.mem = ms_malloc(count.at ? count.at : 1, "session image", err)};
     if (!o.mem)
         return -1;
