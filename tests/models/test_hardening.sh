@@ -93,6 +93,15 @@ if [ -n "$ML" ] && "$ML" 64M -- true >/dev/null 2>&1; then
   out=$("$ML" 24M -- "$BIN" run "$FQ" --prompt-ids "$FQ/tokens.txt" -n 2 --ids 2>&1); rc=$?
   [ $rc -ne 0 ] && [ $rc -lt 128 ] && printf '%s' "$out" | grep -q "MB available (cgroup limit and MemAvailable) cannot hold .* this model needs at least [0-9]* MB available" &&
     pass too_small_limit_refused_with_the_numbers || fail too_small_limit_refused_with_the_numbers "rc $rc: $out"
+  # a session's image in memory (serve's prompt-cache writer) is refused, before
+  # it is allocated, when it would take more than half of what the limit leaves
+  case "${MS_BUILD:-build}" in
+  *asan*) echo "SKIP session_image_refused_under_a_limit: under the sanitizers their own memory (shadow, quarantine of freed images) counts against the limit" ;;
+  *)
+    out=$("$ML" 256M -- "${MS_BUILD:-build}/tests/runtime/test_session_file" --image-limit 2>&1); rc=$?
+    [ $rc -eq 0 ] && printf '%s' "$out" | grep -q "^PASS test_image_refused_under_a_limit" &&
+      pass session_image_refused_under_a_limit || fail session_image_refused_under_a_limit "rc $rc: $(printf '%s' "$out" | tail -2)" ;;
+  esac
 else
   echo "SKIP memory_limit_cases: no usable shared/tools/memlimit here (it needs the repository's ../shared and cgroups)"
 fi

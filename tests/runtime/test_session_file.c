@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -194,8 +195,64 @@ out:
     ms_engine_close(other);
 }
 
-int main(void)
+/* Run under a memory limit (test_hardening.sh: memlimit 256M): a session
+ * of 8192 tokens (16 MB of f32 cache) gives its image; then memory is
+ * taken 8 MB at a time until the image would need more than half of what is
+ * left, where it must be refused with MS_E_NOMEM (before allocating it: the
+ * process stays under its limit). */
+static void test_image_refused_under_a_limit(void)
 {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3_moe", t_fixtures_dir());
+    ms_error err = {0};
+    ms_engine *eng = NULL;
+    ms_session *s = NULL;
+    ms_engine_opts eo = {.quiet = 1};
+    ms_session_opts so = {.ctx = 8192, .kv_format = MS_KVCACHE_F32};
+    enum { BLOCKS = 40, BLOCK = 8 << 20 };
+    char *taken[BLOCKS] = {0};
+    int32_t ids[8192];
+    if (ms_engine_open(dir, &eo, &eng, &err) || ms_session_open(eng, &so, &s, &err)) {
+        CHECK(0, "%s", err.msg);
+        goto out;
+    }
+    int32_t V = ms_engine_info(eng)->vocab_size;
+    for (int i = 0; i < 8192; i++)
+        ids[i] = (int32_t)((i * 37 + 11) % (V - 20));
+    if (ms_session_eval(s, ids, 8192, NULL, &err)) {
+        CHECK(0, "%s", err.msg);
+        goto out;
+    }
+    int given = 0, refused = 0, b = 0;
+    for (; !refused && b <= BLOCKS; b++) {
+        void *img = NULL;
+        size_t n = 0;
+        ms_error e2 = {0};
+        if (ms_session_image(s, &img, &n, &e2) == 0)
+            given++;
+        else
+            refused = e2.code == MS_E_NOMEM && strstr(e2.msg, "memory available") ? 1 : -1;
+        free(img);
+        if (refused)
+            printf("  with %d MB taken: %s\n", 8 * b, e2.msg);
+        else if (b < BLOCKS && (taken[b] = malloc(BLOCK)))
+            memset(taken[b], 1, BLOCK);
+    }
+    CHECK(given > 0 && refused == 1, "%d images given, then %s", given,
+          refused ? "another error" : "none refused");
+out:
+    for (int k = 0; k < BLOCKS; k++)
+        free(taken[k]);
+    ms_session_close(s);
+    ms_engine_close(eng);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--image-limit")) {
+        TEST_CASE(test_image_refused_under_a_limit);
+        return t_finish();
+    }
     TEST_CASE(test_roundtrip_every_format_sliding_ring);
     TEST_CASE(test_roundtrip_mla);
     TEST_CASE(test_refusals);
