@@ -270,7 +270,9 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
         }
         xa_scores_wide(a, k, ldk, qt, base, lo, hi, s, vmax, pf);
     } else {
+        /* the transpose goes where a wide group keeps its widened keys */
         float *kt = a->s + XA_GROUP * (MS_ATTN_CHUNK + 64);
+        *widened = 0;
         if (a->bf16)
             xa_keys_t(a, 1, base, hi, kt);
         else
