@@ -33,7 +33,7 @@
 /* Images waiting for the writer at most. */
 #define SPILL_QUEUE 2
 
-/* Until the writer has finished with entry k's file (written or failed). */
+/* Until the writer has finished with e's file (written or failed). */
 static void wait_written(srv_spill *sp, const srv_spilled *e)
 {
     if (e->write < 0)
