@@ -9,7 +9,10 @@
 # then min / median / max of that ratio per (model, format, context).
 #   bench/context.sh MODEL_DIR...       default: build/demo-model
 # Env: ROUNDS (3), N (8), CONTEXTS ("1000 8000 32000"), KV ("f32 bf16"),
-#      THREADS (2).
+#      THREADS (2), BASE (another moestream binary, e.g. an older build:
+#      each run of ./moestream is then preceded by the same run of BASE, an
+#      interleaved A/B; the binary is the last column and the summary is
+#      per binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -18,6 +21,7 @@ CONTEXTS=${CONTEXTS:-"1000 8000 32000"}
 KV=${KV:-"f32 bf16"}
 THREADS=${THREADS:-2}
 [ -x ./moestream ] || make -j2 >/dev/null
+bins=(${BASE:-} ./moestream)
 models=("$@")
 if [ ${#models[@]} -eq 0 ]; then
   models=(build/demo-model)
@@ -26,29 +30,31 @@ if [ ${#models[@]} -eq 0 ]; then
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-printf "| %-22s | kv | context | decode ms/tok | attn KV ms/tok | share | KV MB/tok | read GB/s | x KV floor |\n" model
-printf "|%s|----|---------|---------------|----------------|-------|-----------|-----------|------------|\n" "------------------------"
+printf "| %-22s | kv | context | decode ms/tok | attn KV ms/tok | share | KV MB/tok | read GB/s | x KV floor | binary\n" model
+printf "|%s|----|---------|---------------|----------------|-------|-----------|-----------|------------|--------|\n" "------------------------"
 for m in "${models[@]}"; do
   cat "$m"/*.safetensors >/dev/null # warm the page cache
   for r in $(seq "$ROUNDS"); do
     for kv in $KV; do
       for c in $CONTEXTS; do
-        ./moestream bench "$m" --prompt 4 -n "$N" --context "$c" --kv "$kv" --threads "$THREADS" \
+       for b in "${bins[@]}"; do
+        "$b" bench "$m" --prompt 4 -n "$N" --context "$c" --kv "$kv" --threads "$THREADS" \
             --floor 2>/dev/null |
-          awk -v m="$(basename "$m")" -v kv="$kv" -v c="$c" -F'|' '
+          awk -v m="$(basename "$m")" -v kv="$kv" -v c="$c" -v b="$b" -F'|' '
             /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
             /memory read stream/ { split($3, a, " "); bw = a[1] }
             /attention over the KV cache/ { split($3, a, " "); at = a[1]; mb = a[3]; x = $3; sub(/.*: /, "", x); sub(/x its.*/, "", x) }
-            END { printf "| %-22s | %s | %7d | %13.1f | %14.2f | %4.0f%% | %9.1f | %9.1f | %10.2f |\n",
-                         m, kv, c, d, at, 100 * at / d, mb, bw, x }' | tee -a "$out"
+            END { printf "| %-22s | %s | %7d | %13.1f | %14.2f | %4.0f%% | %9.1f | %9.1f | %10.2f | %s\n",
+                         m, kv, c, d, at, 100 * at / d, mb, bw, x, b }' | tee -a "$out"
+       done
       done
     done
   done
 done
 echo
-echo "| model | kv | context | x KV floor min / median / max |"
-echo "|---|---|---|---|"
-awk -F'|' '{ gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4); print $2 "|" $3 "|" $4, $10 }' "$out" |
+echo "| model | kv | context | binary | x KV floor min / median / max |"
+echo "|---|---|---|---|---|"
+awk -F'|' '{ gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $11); print $2 "|" $3 "|" $4 "|" $11, $10 }' "$out" |
   sort -t' ' -k1,1 -k2,2n | awk '
     function flush() { if (n) printf "| %s | %.2f / %.2f / %.2f |\n", key, v[1], v[int((n + 1) / 2)], v[n] }
     $1 != key { flush(); key = $1; n = 0 }
