@@ -174,7 +174,6 @@ AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, cons
         }
         for (int d = 0; d < dk; d++) {
             xa_prefetch(pf);
-            xa_prefetch(pf);
             XV qv = xv_loadu(qt + (int64_t)d * XW);
 #pragma GCC unroll 16
             for (int j = 0; j < XW; j++)
