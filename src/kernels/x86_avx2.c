@@ -304,7 +304,7 @@ AI void lo_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
 #define LN_PANEL LO_PANEL
 #define LN_XBUF LO_XBUF
 #define LN_ROW_BLOCK LO_ROW_BLOCK
-#define LN_NT LO_NT
+#define LN_NT 2 /* LO_NT, as a literal for x86_lanes.h's #if */
 
 AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
 {
@@ -321,16 +321,7 @@ AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float 
 
 #include "kernels/x86_lanes.h"
 
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 1)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 2)
-
-static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                       int64_t ldy, int64_t r0, int64_t r1)
-{
-    static _Alignas(32) __thread float xbuf[LN_XBUF];
-    static const ln_rows_fn fns[LN_NT] = {ln_mx_1, ln_mx_2};
-    ln_rows(MS_WFMT_MXFP4, fns, xbuf, w, X, n, ldx, Y, ldy, r0, r1);
-}
+LN_ROWS(mx, MS_WFMT_MXFP4)
 
 /* Same scheme as a row: two accumulators over chunks of 16, masked tail. */
 static float dot_avx2(const float *a, const float *b, int64_t n)
@@ -386,7 +377,7 @@ static const ms_kernel_ops avx2_ops = {
         [MS_WFMT_BF16] = rows_bf16,
         [MS_WFMT_F16] = rows_f16,
         [MS_WFMT_FP8_BLOCK] = rows_fp8,
-        [MS_WFMT_MXFP4] = rows_mxfp4,
+        [MS_WFMT_MXFP4] = rows_mx,
     },
     .dot = dot_avx2,
     .axpy = axpy_avx2,

@@ -123,7 +123,7 @@ AI void row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xq,
 #define LN_PANEL PANEL
 #define LN_XBUF XBUF
 #define LN_ROW_BLOCK ROW_BLOCK
-#define LN_NT MAX_NT
+#define LN_NT 4 /* MAX_NT, as a literal for x86_lanes.h's #if */
 
 AI void ln_transpose(ms_wfmt f, const float *x, int k, uint16_t *out)
 {
@@ -140,24 +140,13 @@ AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16
 
 #include "kernels/x86_lanes.h"
 
-LN_ROWS_NT(q8, MS_WFMT_MXFP4, 1)
-LN_ROWS_NT(q8, MS_WFMT_MXFP4, 2)
-LN_ROWS_NT(q8, MS_WFMT_MXFP4, 3)
-LN_ROWS_NT(q8, MS_WFMT_MXFP4, 4)
-
-static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                       int64_t ldy, int64_t r0, int64_t r1)
-{
-    static _Alignas(32) __thread uint16_t xbuf[XBUF];
-    static const ln_rows_fn fns[MAX_NT] = {ln_q8_1, ln_q8_2, ln_q8_3, ln_q8_4};
-    ln_rows(MS_WFMT_MXFP4, fns, xbuf, w, X, n, ldx, Y, ldy, r0, r1);
-}
+LN_ROWS(q8, MS_WFMT_MXFP4)
 
 const ms_kernel_ops *ms_kernels_avx2_int8(void)
 {
     /* the avx2 table with the int8 MXFP4 kernel */
     static ms_derived_ops d = {.base = ms_kernels_avx2,
                                .name = "avx2-int8",
-                               .rows = {[MS_WFMT_MXFP4] = rows_mxfp4}};
+                               .rows = {[MS_WFMT_MXFP4] = rows_q8}};
     return ms_kernels_derive(&d);
 }

@@ -395,7 +395,7 @@ AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
 #define LN_PANEL MX_PANEL
 #define LN_XBUF (80 << 10) /* a token tile of the driver (256 KiB of x) and its padding */
 #define LN_ROW_BLOCK 32
-#define LN_NT MAX_NT
+#define LN_NT 4 /* MAX_NT, as a literal for x86_lanes.h's #if */
 
 AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
 {
@@ -416,30 +416,8 @@ AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float 
 
 #include "kernels/x86_lanes.h"
 
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 1)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 2)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 3)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 4)
-LN_ROWS_NT(bf, MS_WFMT_BF16, 1)
-LN_ROWS_NT(bf, MS_WFMT_BF16, 2)
-LN_ROWS_NT(bf, MS_WFMT_BF16, 3)
-LN_ROWS_NT(bf, MS_WFMT_BF16, 4)
-
-static _Alignas(64) __thread float ln_xbuf[LN_XBUF];
-
-static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                       int64_t ldy, int64_t r0, int64_t r1)
-{
-    static const ln_rows_fn fns[LN_NT] = {ln_mx_1, ln_mx_2, ln_mx_3, ln_mx_4};
-    ln_rows(MS_WFMT_MXFP4, fns, ln_xbuf, w, X, n, ldx, Y, ldy, r0, r1);
-}
-
-static void rows_bf16(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                      int64_t ldy, int64_t r0, int64_t r1)
-{
-    static const ln_rows_fn fns[LN_NT] = {ln_bf_1, ln_bf_2, ln_bf_3, ln_bf_4};
-    ln_rows(MS_WFMT_BF16, fns, ln_xbuf, w, X, n, ldx, Y, ldy, r0, r1);
-}
+LN_ROWS(mx, MS_WFMT_MXFP4)
+LN_ROWS(bf, MS_WFMT_BF16)
 
 /* Same scheme as a row: two accumulators over chunks of 32, masked tail. */
 static float dot_avx512(const float *a, const float *b, int64_t n)
@@ -496,10 +474,10 @@ static const ms_kernel_ops avx512_ops = {
     .name = "avx512",
     .rows = {
         [MS_WFMT_F32] = rows_f32,
-        [MS_WFMT_BF16] = rows_bf16,
+        [MS_WFMT_BF16] = rows_bf,
         [MS_WFMT_F16] = rows_f16,
         [MS_WFMT_FP8_BLOCK] = rows_fp8,
-        [MS_WFMT_MXFP4] = rows_mxfp4,
+        [MS_WFMT_MXFP4] = rows_mx,
     },
     .dot = dot_avx512,
     .axpy = axpy_avx512,

@@ -172,7 +172,7 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
 #define LN_PANEL PANEL
 #define LN_XBUF XBUF
 #define LN_ROW_BLOCK ROW_BLOCK
-#define LN_NT MAX_NT
+#define LN_NT 4 /* MAX_NT, as a literal for x86_lanes.h's #if */
 
 AI void ln_transpose(ms_wfmt f, const float *x, int k, uint16_t *out)
 {
@@ -190,43 +190,16 @@ AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16
 
 #include "kernels/x86_lanes.h"
 
-LN_ROWS_NT(bf, MS_WFMT_BF16, 1)
-LN_ROWS_NT(bf, MS_WFMT_BF16, 2)
-LN_ROWS_NT(bf, MS_WFMT_BF16, 3)
-LN_ROWS_NT(bf, MS_WFMT_BF16, 4)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 1)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 2)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 3)
-LN_ROWS_NT(mx, MS_WFMT_MXFP4, 4)
-
-static void rows_fast(ms_wfmt f, const ms_mat *w, const float *X, int n, int64_t ldx,
-                      float *Y, int64_t ldy, int64_t r0, int64_t r1)
-{
-    static _Alignas(64) __thread uint16_t xbuf[XBUF];
-    static const ln_rows_fn fns[2][MAX_NT] = {{ln_bf_1, ln_bf_2, ln_bf_3, ln_bf_4},
-                                              {ln_mx_1, ln_mx_2, ln_mx_3, ln_mx_4}};
-    ln_rows(f, fns[f == MS_WFMT_MXFP4], xbuf, w, X, n, ldx, Y, ldy, r0, r1);
-}
-
-static void rows_bf16(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                      int64_t ldy, int64_t r0, int64_t r1)
-{
-    rows_fast(MS_WFMT_BF16, w, X, n, ldx, Y, ldy, r0, r1);
-}
-
-static void rows_mxfp4(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
-                       int64_t ldy, int64_t r0, int64_t r1)
-{
-    rows_fast(MS_WFMT_MXFP4, w, X, n, ldx, Y, ldy, r0, r1);
-}
+LN_ROWS(bf, MS_WFMT_BF16)
+LN_ROWS(mx, MS_WFMT_MXFP4)
 
 const ms_kernel_ops *ms_kernels_avx512_bf16(void)
 {
     /* the avx512 table with the two fast kernels */
     static ms_derived_ops d = {.base = ms_kernels_avx512,
                                .name = "avx512-bf16-fast",
-                               .rows = {[MS_WFMT_BF16] = rows_bf16,
-                                        [MS_WFMT_MXFP4] = rows_mxfp4}};
+                               .rows = {[MS_WFMT_BF16] = rows_bf,
+                                        [MS_WFMT_MXFP4] = rows_mx}};
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") ? ms_kernels_derive(&d) : NULL;
 }

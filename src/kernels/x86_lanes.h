@@ -8,7 +8,7 @@
  *   LN_PANEL       columns per panel (a multiple of LN_BLOCK)
  *   LN_XBUF        elements of x held per pass (per thread)
  *   LN_ROW_BLOCK   rows sharing a pass over the token groups
- *   LN_NT          tokens sharing decoded weights (1..4)
+ *   LN_NT          tokens sharing decoded weights: 2 or 4, a literal (#if)
  *   ln_transpose(f, x, k, out)   one unit of k columns, zero past k
  *   ln_row_panel(f, nt, w, r, xp, c0, c1, out)  the sums of columns
  *                  [c0, c1) of row r for nt tokens (xp relative to c0)
@@ -104,5 +104,30 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
         }
     }
 }
+
+/* The thread's x buffer, shared by the file's formats (one product runs at a
+ * time on a thread). */
+static _Alignas(64) __thread LN_XT ln_xbuf[LN_XBUF];
+
+/* LN_ROWS(name, f): format f's LN_NT kernels ln_<name>_1 .. and its
+ * ms_rows_fn, rows_<name>. */
+#if LN_NT == 4
+#define LN_KERNELS(name, f)                                                              \
+    LN_ROWS_NT(name, f, 1) LN_ROWS_NT(name, f, 2) LN_ROWS_NT(name, f, 3) LN_ROWS_NT(name, f, 4)
+#define LN_FNS(name) {ln_##name##_1, ln_##name##_2, ln_##name##_3, ln_##name##_4}
+#elif LN_NT == 2
+#define LN_KERNELS(name, f) LN_ROWS_NT(name, f, 1) LN_ROWS_NT(name, f, 2)
+#define LN_FNS(name) {ln_##name##_1, ln_##name##_2}
+#else
+#error "x86_lanes.h: LN_NT must be 2 or 4"
+#endif
+#define LN_ROWS(name, f)                                                                 \
+    LN_KERNELS(name, f)                                                                  \
+    static void rows_##name(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y, \
+                            int64_t ldy, int64_t r0, int64_t r1)                         \
+    {                                                                                    \
+        static const ln_rows_fn fns[LN_NT] = LN_FNS(name);                               \
+        ln_rows(f, fns, ln_xbuf, w, X, n, ldx, Y, ldy, r0, r1);                          \
+    }
 
 #endif
