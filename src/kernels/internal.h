@@ -16,6 +16,10 @@
  * read them once per call. */
 extern ms_prefetch ms_prefetch_bytes;
 
+/* Whether the AVX-512 table runs FP8 in byte-lane order (its decode leaves
+ * e4m3 subnormals as float subnormals) or in column order (dispatch.c). */
+extern int ms_fp8_lanes;
+
 static inline int64_t ms_ceil_div(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;

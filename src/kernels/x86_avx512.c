@@ -388,7 +388,122 @@ AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
 }
 
-/* The lane-order loop (x86_lanes.h) over the two formats' transposes and
+/* ---- FP8 in byte-lane order ----------------------------------------------
+ * A 64-byte load holds 64 columns, dword lane i columns 4i..4i+3 (byte j
+ * = column 4i+j). An e4m3 byte s.eeee.mmm whose sign sits at bit 31 of a
+ * lane and whose eeeemmm sit at bits 26..20 is a float equal to value *
+ * 2^-120, subnormals included (e = 0 lands on float subnormals with the
+ * same ratio). An arithmetic shift right by 4 of the 16-bit words puts
+ * byte 3 there (and byte 1 in the low word, moved up by a dword shift),
+ * after a word shift left by 8 bytes 2 and 0 likewise: five shifts and four
+ * ANDs per 64 weights, none of them a shuffle or a conversion (the column
+ * order's vpmovsxbw and two vcvtph2ps per 32 weights ran Zen 4 at a third
+ * of its bandwidth).
+ *
+ * Products of two such factors would underflow, so x is scaled by 2^112
+ * when it is transposed, which leaves each product w * x * 2^-8 as the
+ * column order's decode does, and the block scale takes the 2^8 back (the
+ * same X_FP8_UNIT). The scaling is exact while |x| < 2^16; a token with a
+ * larger activation takes the column-order kernel instead, alone (each
+ * token's result depends only on its own x, batched or not). The NaN
+ * codes (eeeemmm all ones) are caught by a running signed and unsigned
+ * byte maximum (0x7F is the largest signed byte, 0xFF the largest
+ * unsigned) and make the panel's sum NaN, as a NaN product would.
+ *
+ * The order of x per 64 columns: x[4i+3], x[4i+1], x[4i+2], x[4i] (i =
+ * 0..15), the lanes of the four decoded vectors. Each (token, row) sums
+ * them into two chains per scale block (bytes 3 and 2 into one, 1 and 0
+ * into the other), then acc = fma(partial, scale, acc) per chain, as the
+ * column order does. */
+enum { F8_UNIT = 64 };
+#define F8_X_SCALE 0x1p112f
+#define F8_X_LIMIT 0x1p16f
+
+/* k (1..128) columns of x in byte-lane order, scaled by 2^112; zero past
+ * k. */
+AI void f8_transpose(const float *x, int k, float *xp)
+{
+    const __m512i i3 = _mm512_setr_epi32(3, 7, 11, 15, 19, 23, 27, 31, 3, 7, 11, 15, 19, 23,
+                                         27, 31);
+    const __m512 big = _mm512_set1_ps(F8_X_SCALE);
+    static const int byte_of[4] = {3, 1, 2, 0};
+    for (int u = 0; u < 2; u++) {
+        __m512 X[4];
+        for (int v = 0; v < 4; v++) {
+            int left = k - 64 * u - 16 * v;
+            __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+            X[v] = _mm512_maskz_loadu_ps(m, x + 64 * u + 16 * v);
+        }
+        for (int q = 0; q < 4; q++) {
+            __m512i idx = _mm512_sub_epi32(i3, _mm512_set1_epi32(3 - byte_of[q]));
+            __m512 lo = _mm512_permutex2var_ps(X[0], idx, X[1]);
+            __m512 hi = _mm512_permutex2var_ps(X[2], idx, X[3]);
+            __m512 o = _mm512_shuffle_f32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+            _mm512_store_ps(xp + 64 * u + 16 * q, _mm512_mul_ps(o, big));
+        }
+    }
+}
+
+/* Columns [c0, c1) of FP8 row r (c0 on a block boundary, blocks a multiple
+ * of F8_UNIT columns) for nt tokens with byte-lane x (panel relative) at
+ * xp[t]; the panel's sums to out[t]. */
+AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
+                     int64_t c1, float *out)
+{
+    const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
+    const __m512i keep = _mm512_set1_epi32((int)0x87F00000u);
+    const int64_t bc = w->block_cols, pf = ms_prefetch_bytes.far;
+    int64_t si = ms_fp8_scale_row(w, r) + c0 / bc;
+    __m512i top_s = _mm512_setzero_si512(), top_u = _mm512_setzero_si512();
+    __m512 a0[MAX_NT], a1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    for (int64_t b = c0; b < c1; b += bc, si++) {
+        int64_t be = b + bc < c1 ? b + bc : c1;
+        __m512 p0[MAX_NT], p1[MAX_NT], p2[MAX_NT], p3[MAX_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            p0[t] = p1[t] = p2[t] = p3[t] = _mm512_setzero_ps();
+        for (int64_t c = b; c < be; c += F8_UNIT) {
+            _mm_prefetch((const char *)row + c + pf, _MM_HINT_T0);
+            __m512i v = be - c >= F8_UNIT
+                            ? _mm512_loadu_si512(row + c)
+                            : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (be - c)) - 1), row + c);
+            top_s = _mm512_max_epi8(top_s, v);
+            top_u = _mm512_max_epu8(top_u, v);
+            __m512i h31 = _mm512_srai_epi16(v, 4);
+            __m512i h20 = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4);
+            __m512 d3 = _mm512_castsi512_ps(_mm512_and_si512(h31, keep));
+            __m512 d1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(h31, 16), keep));
+            __m512 d2 = _mm512_castsi512_ps(_mm512_and_si512(h20, keep));
+            __m512 d0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(h20, 16), keep));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const float *xo = xp[t] + (c - c0);
+                p0[t] = _mm512_fmadd_ps(d3, _mm512_load_ps(xo), p0[t]);
+                p1[t] = _mm512_fmadd_ps(d1, _mm512_load_ps(xo + 16), p1[t]);
+                p2[t] = _mm512_fmadd_ps(d2, _mm512_load_ps(xo + 32), p2[t]);
+                p3[t] = _mm512_fmadd_ps(d0, _mm512_load_ps(xo + 48), p3[t]);
+            }
+        }
+        __m512 s = _mm512_set1_ps(ms_fp8_scale_at(w, si, f16c_to_f32) * X_FP8_UNIT);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm512_fmadd_ps(p0[t], s, a0[t]);
+            a1[t] = _mm512_fmadd_ps(p1[t], s, a1[t]);
+            a0[t] = _mm512_fmadd_ps(p2[t], s, a0[t]);
+            a1[t] = _mm512_fmadd_ps(p3[t], s, a1[t]);
+        }
+    }
+    int nan = _mm512_cmpeq_epi8_mask(top_s, _mm512_set1_epi8(0x7F)) != 0 ||
+              _mm512_cmpeq_epi8_mask(top_u, _mm512_set1_epi8((char)0xFF)) != 0;
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t] = nan ? NAN : hsum(_mm512_add_ps(a0[t], a1[t]));
+}
+
+/* The lane-order loop (x86_lanes.h) over the three formats' transposes and
  * row panels. */
 #define LN_XT float
 #define LN_BLOCK MX_BLOCK
@@ -401,6 +516,8 @@ AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
 {
     if (f == MS_WFMT_MXFP4)
         mx_transpose(x, k, out);
+    else if (f == MS_WFMT_FP8_BLOCK)
+        f8_transpose(x, k, out);
     else
         bf_transpose(x, k, out);
 }
@@ -410,6 +527,8 @@ AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float 
 {
     if (f == MS_WFMT_MXFP4)
         mx_row_panel(nt, w, r, xp, c0, c1, out);
+    else if (f == MS_WFMT_FP8_BLOCK)
+        f8_row_panel(nt, w, r, xp, c0, c1, out);
     else
         bf_row_panel(nt, w, r, xp, c0, c1, out);
 }
@@ -418,6 +537,42 @@ AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float 
 
 LN_ROWS(mx, MS_WFMT_MXFP4)
 LN_ROWS(bf, MS_WFMT_BF16)
+LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
+
+/* Whether token x (cols floats) scales by 2^112 without overflow. */
+static int f8_x_fits(const float *x, int64_t cols)
+{
+    __m512 top = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16)
+        top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+    if (c < cols)
+        top = _mm512_max_ps(
+            top, _mm512_abs_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << (cols - c)) - 1), x + c)));
+    /* NaN lanes compare false and pass: they stay NaN scaled */
+    return !_mm512_cmp_ps_mask(top, _mm512_set1_ps(F8_X_LIMIT), _CMP_GE_OQ);
+}
+
+/* FP8 rows: byte-lane order where the blocks tile its units and panels and
+ * the token's x fits the scaling, else the column order; decided per token
+ * (runs of tokens alike go together), so a token's bits never depend on
+ * the others. */
+static void rows_fp8_any(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                         int64_t ldy, int64_t r0, int64_t r1)
+{
+    int64_t bc = w->block_cols;
+    if (!ms_fp8_lanes || bc % F8_UNIT || MX_PANEL % bc) {
+        rows_fp8(w, X, n, ldx, Y, ldy, r0, r1);
+        return;
+    }
+    for (int t0 = 0; t0 < n;) {
+        int lanes = f8_x_fits(X + t0 * ldx, w->cols), t1 = t0 + 1;
+        while (t1 < n && f8_x_fits(X + t1 * ldx, w->cols) == lanes)
+            t1++;
+        (lanes ? rows_f8 : rows_fp8)(w, X + t0 * ldx, t1 - t0, ldx, Y + t0 * ldy, ldy, r0, r1);
+        t0 = t1;
+    }
+}
 
 /* Same scheme as a row: two accumulators over chunks of 32, masked tail. */
 static float dot_avx512(const float *a, const float *b, int64_t n)
@@ -476,7 +631,7 @@ static const ms_kernel_ops avx512_ops = {
         [MS_WFMT_F32] = rows_f32,
         [MS_WFMT_BF16] = rows_bf,
         [MS_WFMT_F16] = rows_f16,
-        [MS_WFMT_FP8_BLOCK] = rows_fp8,
+        [MS_WFMT_FP8_BLOCK] = rows_fp8_any,
         [MS_WFMT_MXFP4] = rows_mx,
     },
     .dot = dot_avx512,

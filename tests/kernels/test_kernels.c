@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "base/pool.h"
+#include "kernels/internal.h"
 #include "kernels/kernels.h"
 #include "moestream.h"
 #include "test.h"
@@ -114,6 +115,8 @@ typedef struct spec {
     ms_dtype scale_dtype; /* FP8_BLOCK */
     int32_t br, bc;       /* FP8_BLOCK */
     int nan_rows;         /* rows r % 5 == 4 hold a NaN (FP8 code, MXFP4 scale 255) */
+    int big_x;            /* tokens t % 3 == 1 hold one activation of 2^17 (FP8 byte-lane
+                             order scales x by 2^112: those take the column order) */
 } spec;
 
 typedef struct fixture {
@@ -330,24 +333,25 @@ static int shapes_for(ms_wfmt fmt, ms_dtype sdt, spec *out)
     int n = 0;
     if (fmt == MS_WFMT_MXFP4) {
         static const int64_t rc[][2] = {{1, 32}, {3, 64}, {7, 96}, {129, 160}, {5, 1024},
-                                        {2, 2880}};
+                                        {2, 2880}, {3, 5120}};
         for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++)
-            out[n++] = (spec){fmt, rc[i][0], rc[i][1], MS_DTYPE_U8, 0, 0, 1};
+            out[n++] = (spec){fmt, rc[i][0], rc[i][1], MS_DTYPE_U8, 0, 0, 1, 0};
     } else if (fmt == MS_WFMT_FP8_BLOCK) {
         static const int64_t s[][4] = {{1, 96, 128, 128},  {3, 200, 128, 128},
                                        {7, 1000, 128, 128}, {129, 256, 128, 128},
                                        {5, 200, 1, 32},    {9, 100, 3, 64},
                                        {4, 7, 2, 32},      {6, 131, 4, 48},
                                        {3, 70, 2, 20},     {3, 2500, 128, 128},
-                                       {5, 1100, 2, 48}};
+                                       {5, 1100, 2, 48},   {5, 7168, 128, 128},
+                                       {3, 5000, 64, 64}};
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
-            out[n++] = (spec){fmt, s[i][0], s[i][1], sdt, (int32_t)s[i][2], (int32_t)s[i][3], 1};
+            out[n++] = (spec){fmt, s[i][0], s[i][1], sdt, (int32_t)s[i][2], (int32_t)s[i][3], 1, 0};
     } else {
         static const int64_t rc[][2] = {{1, 1},    {3, 5},    {7, 16},    {1, 31},
                                         {3, 33},   {7, 96},   {129, 200}, {5, 1000},
-                                        {2, 4096}, {3, 2100}};
+                                        {2, 4096}, {3, 2100}, {3, 5000}};
         for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++)
-            out[n++] = (spec){fmt, rc[i][0], rc[i][1], MS_DTYPE_F32, 0, 0, 0};
+            out[n++] = (spec){fmt, rc[i][0], rc[i][1], MS_DTYPE_F32, 0, 0, 0, 0};
     }
     return n;
 }
@@ -364,6 +368,8 @@ static void check_spec(const spec *s)
 {
     fixture f = make_fixture(s);
     float *X = make_x(MAX_N, s->cols, 1.0);
+    for (int t = 1; s->big_x && t < MAX_N; t += 3)
+        X[t * s->cols + (t * 7) % s->cols] = t % 2 ? 131072.0f : -131072.0f;
     size_t ysz = (size_t)(MAX_N * s->rows) * sizeof(float);
     float *Y = malloc(ysz), *Y1 = malloc(ysz), *Yp = malloc(ysz);
     run_rows(cur_ops, &f.m, X, MAX_N, 0, s->rows, Y);
@@ -458,10 +464,21 @@ static void check_driver(const spec *s, int n)
  * 4096 columns), whose row chunks are re-read per tile. */
 static void case_threads(void)
 {
-    spec s = {cur_fmt, 515, cur_fmt == MS_WFMT_MXFP4 ? 1024 : 1000, MS_DTYPE_BF16, 128, 128, 1};
+    spec s = {cur_fmt, 515, cur_fmt == MS_WFMT_MXFP4 ? 1024 : 1000, MS_DTYPE_BF16, 128, 128, 1, 0};
     check_driver(&s, 5);
-    spec big = {cur_fmt, 200, 4096, MS_DTYPE_F16, 128, 128, 0};
+    spec big = {cur_fmt, 200, 4096, MS_DTYPE_F16, 128, 128, 0, 0};
     check_driver(&big, 21);
+}
+
+/* FP8 tokens whose activations do not fit the byte-lane order's scaling
+ * (|x| >= 2^16) among tokens that do: accuracy, batch == matvecs and row
+ * splits, in wide rows (panel-major) and narrow ones (whole rows). */
+static void case_fp8_big_x(void)
+{
+    spec s[2] = {{MS_WFMT_FP8_BLOCK, 7, 1000, MS_DTYPE_BF16, 128, 128, 1, 1},
+                 {MS_WFMT_FP8_BLOCK, 5, 7168, MS_DTYPE_F32, 128, 128, 0, 1}};
+    for (int i = 0; i < 2; i++)
+        check_spec(&s[i]);
 }
 
 /* Rows wider than any lane-order table's x buffer (x86_lanes.h), which
@@ -469,7 +486,7 @@ static void case_threads(void)
  * splits, as for the other shapes. */
 static void case_wide_rows(void)
 {
-    spec s = {cur_fmt, 3, 131104, MS_DTYPE_U8, 0, 0, cur_fmt == MS_WFMT_MXFP4};
+    spec s = {cur_fmt, 3, 131104, MS_DTYPE_U8, 0, 0, cur_fmt == MS_WFMT_MXFP4, 0};
     check_spec(&s);
 }
 
@@ -479,7 +496,7 @@ static void case_wide_rows(void)
 static void case_mxfp4_extremes(void)
 {
     static const uint8_t ext[] = {0, 1, 127, 254, 126, 128};
-    spec s = {MS_WFMT_MXFP4, 12, 128, MS_DTYPE_U8, 0, 0, 0};
+    spec s = {MS_WFMT_MXFP4, 12, 128, MS_DTYPE_U8, 0, 0, 0, 0};
     fixture f = make_fixture(&s);
     for (int64_t i = 0; i < s.rows * 4; i++) {
         f.scale[i] = ext[i % 6];
@@ -566,7 +583,7 @@ static void case_dot_axpy(void)
  * puts the result outside tolerance. */
 static void case_checker_fails(void)
 {
-    spec s = {MS_WFMT_BF16, 3, 1000, MS_DTYPE_F32, 0, 0, 0};
+    spec s = {MS_WFMT_BF16, 3, 1000, MS_DTYPE_F32, 0, 0, 0, 0};
     fixture f = make_fixture(&s);
     float *X = make_x(1, s.cols, 1.0), Y[3];
     run_rows(cur_ops, &f.m, X, 1, 0, s.rows, Y);
@@ -582,7 +599,7 @@ static void case_checker_fails(void)
     free(X);
     free_fixture(&f);
 
-    spec s8 = {MS_WFMT_FP8_BLOCK, 2, 64, MS_DTYPE_F32, 128, 32, 0};
+    spec s8 = {MS_WFMT_FP8_BLOCK, 2, 64, MS_DTYPE_F32, 128, 32, 0, 0};
     f = make_fixture(&s8);
     X = make_x(1, s8.cols, 1.0);
     run_rows(cur_ops, &f.m, X, 1, 0, s8.rows, Y);
@@ -618,7 +635,7 @@ static void run_named(const char *what, void (*fn)(void))
     char name[96];
     snprintf(name, sizeof name, "%s_%s", what, cur_ops->name);
     if (strcmp(what, "format") == 0 || strcmp(what, "threads") == 0 ||
-        strcmp(what, "wide_rows") == 0)
+        strcmp(what, "wide_rows") == 0 || strcmp(what, "format_column_order") == 0)
         snprintf(name, sizeof name, "%s_%s_%s", what, cur_ops->name, fmt_name(cur_fmt));
     t_run_case(name, fn);
 }
@@ -646,7 +663,16 @@ int main(void)
             run_named("threads", case_threads);
             if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4)
                 run_named("wide_rows", case_wide_rows);
+            /* the AVX-512 table's FP8 column order, which the byte-lane
+             * order falls back to per token, on every shape */
+            if (cur_fmt == MS_WFMT_FP8_BLOCK && cur_ops == ms_kernels_avx512()) {
+                ms_fp8_lanes = 0;
+                run_named("format_column_order", case_format);
+                ms_fp8_lanes = 1;
+            }
         }
+        cur_fmt = MS_WFMT_FP8_BLOCK;
+        run_named("fp8_big_x", case_fp8_big_x);
         run_named("mxfp4_extremes", case_mxfp4_extremes);
         run_named("layout", case_layout);
         run_named("dot_axpy", case_dot_axpy);
