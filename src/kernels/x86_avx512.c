@@ -1,17 +1,20 @@
 /* The AVX-512 op table (F, BW, VL, DQ). Compiled with its own -m flags; the
  * dispatcher only calls into it once ms_kernels_avx512() said the CPU can.
  *
- * F32, F16 and FP8 run the shared skeleton of x86_rows.h (chunks of 32
+ * F32 and F16 run the shared skeleton of x86_rows.h (chunks of 32
  * columns, up to 4 tokens sharing each decoded chunk) over this file's
- * 512-bit primitives and decoders; BF16 and MXFP4 run the lane-order loop
- * of x86_lanes.h (below), whose decodes need no cross-lane shuffles: on
- * Zen 4 a variable shuffle (vpmovzxwd, vpermps) takes the FMA pipes for
- * about half a cycle, a shift or an AND does not.
+ * 512-bit primitives and decoders; BF16, MXFP4 and FP8 run the lane-order
+ * loop of x86_lanes.h (below), whose decodes need no cross-lane shuffles:
+ * on Zen 4 a variable shuffle (vpmovzxwd, vpermps) takes the FMA pipes for
+ * about half a cycle, a shift or an AND does not. FP8 keeps the column
+ * order for tokens whose activations the byte-lane order cannot scale and
+ * for scale blocks that do not tile its units.
  *
- * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
- * 2^-8 (subnormals included), widened by vcvtph2ps, NaN codes patched to a
- * half NaN, and the 2^8 folded into the block scale (exact for scales below
- * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4: vpermps of
+ * Decodes are exact. FP8 in column order: e4m3 bits moved into a half
+ * float equal value * 2^-8 (subnormals included), widened by vcvtph2ps,
+ * NaN codes patched to a half NaN, and the 2^8 folded into the block scale
+ * (exact for scales below 2^120; products w * 2^-8 * x below 2^-126 lose
+ * bits); in byte-lane order, see there. MXFP4: vpermps of
  * the 16 E2M1 values in lane order, per-lane partial sums scaled by the
  * groups' powers of two (exact; 6 * 2^127 overflows to inf as in
  * ms_mat_get). */
