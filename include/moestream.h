@@ -102,11 +102,11 @@ typedef struct ms_engine_opts {
 
 /* Arithmetic of the products. EXACT keeps float32 activations (results
  * within float32 rounding of the reference, the validated default). FAST
- * rounds activations to bf16 for BF16 and MXFP4 weights and uses the CPU's
- * bf16 dot products (AVX512-BF16). INT8 quantises activations to int8 per
- * block of 32 columns for MXFP4 weights (llama.cpp's Q8_0) and uses the
- * CPU's byte dot products (AVX512-VNNI, else AVX2's vpmaddubsw); other
- * formats stay exact. Both
+ * rounds activations to bf16 for BF16, MXFP4 and FP8 weights and uses the
+ * CPU's bf16 dot products (AVX512-BF16). INT8 quantises activations to
+ * int8 per block of 32 columns for MXFP4 weights (llama.cpp's Q8_0) and
+ * uses the CPU's byte dot products (AVX512-VNNI, else AVX2's vpmaddubsw);
+ * other formats stay exact. Both
  * are faster and further from the reference (docs/perf.md gives the
  * measured deviation) and refused where the CPU lacks the instructions. */
 enum ms_precision { MS_PRECISION_EXACT = 0, MS_PRECISION_FAST = 1, MS_PRECISION_INT8 = 2 };

@@ -393,31 +393,24 @@ AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
 
 /* ---- FP8 in byte-lane order ----------------------------------------------
  * A 64-byte load holds 64 columns, dword lane i columns 4i..4i+3 (byte j
- * = column 4i+j). An e4m3 byte s.eeee.mmm whose sign sits at bit 31 of a
- * lane and whose eeeemmm sit at bits 26..20 is a float equal to value *
- * 2^-120, subnormals included (e = 0 lands on float subnormals with the
- * same ratio). An arithmetic shift right by 4 of the 16-bit words puts
- * byte 3 there (and byte 1 in the low word, moved up by a dword shift),
- * after a word shift left by 8 bytes 2 and 0 likewise: five shifts and four
- * ANDs per 64 weights, none of them a shuffle or a conversion (the column
- * order's vpmovsxbw and two vcvtph2ps per 32 weights ran Zen 4 at a third
- * of its bandwidth).
+ * = column 4i+j). f8_odd and f8_even (x86_avx512_common.h) put each byte
+ * where, masked, it is a float equal to value * 2^-120, subnormals
+ * included: five shifts and four ANDs per 64 weights, none of them a
+ * shuffle or a conversion (the column order's vpmovsxbw and two vcvtph2ps
+ * per 32 weights ran Zen 4 at a third of its bandwidth).
  *
  * Products of two such factors would underflow, so x is scaled by 2^112
  * when it is transposed, which leaves each product w * x * 2^-8 as the
  * column order's decode does, and the block scale takes the 2^8 back (the
  * same X_FP8_UNIT). The scaling is exact while |x| < 2^16; a token with a
  * larger activation takes the column-order kernel instead, alone (each
- * token's result depends only on its own x, batched or not). The NaN
- * codes (eeeemmm all ones) are caught by a running signed and unsigned
- * byte maximum (0x7F is the largest signed byte, 0xFF the largest
- * unsigned) and make the panel's sum NaN, as a NaN product would.
+ * token's result depends only on its own x, batched or not). A NaN code
+ * makes the panel's sum NaN, as a NaN product would.
  *
  * The order of x per 64 columns: x[4i+3], x[4i+1], x[4i+2], x[4i] (i =
  * 0..15), the lanes of the four decoded vectors. Each (token, row) sums
- * them into two chains per scale block (bytes 3 and 2 into one, 1 and 0
- * into the other), then acc = fma(partial, scale, acc) per chain, as the
- * column order does. */
+ * them into four chains per scale block, then acc = fma(partial, scale,
+ * acc) per chain into two accumulators, as the column order does. */
 enum { F8_UNIT = 64 };
 #define F8_X_SCALE 0x1p112f
 #define F8_X_LIMIT 0x1p16f
@@ -454,10 +447,10 @@ AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
                      int64_t c1, float *out)
 {
     const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
-    const __m512i keep = _mm512_set1_epi32((int)0x87F00000u);
+    const __m512i keep = _mm512_set1_epi32(F8_KEEP << 16);
     const int64_t bc = w->block_cols, pf = ms_prefetch_bytes.far;
     int64_t si = ms_fp8_scale_row(w, r) + c0 / bc;
-    __m512i top_s = _mm512_setzero_si512(), top_u = _mm512_setzero_si512();
+    f8_nan seen = f8_nan_none();
     __m512 a0[MAX_NT], a1[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
@@ -473,10 +466,8 @@ AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
             __m512i v = be - c >= F8_UNIT
                             ? _mm512_loadu_si512(row + c)
                             : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (be - c)) - 1), row + c);
-            top_s = _mm512_max_epi8(top_s, v);
-            top_u = _mm512_max_epu8(top_u, v);
-            __m512i h31 = _mm512_srai_epi16(v, 4);
-            __m512i h20 = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4);
+            f8_nan_see(&seen, v);
+            __m512i h31 = f8_odd(v), h20 = f8_even(v);
             __m512 d3 = _mm512_castsi512_ps(_mm512_and_si512(h31, keep));
             __m512 d1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(h31, 16), keep));
             __m512 d2 = _mm512_castsi512_ps(_mm512_and_si512(h20, keep));
@@ -499,8 +490,7 @@ AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
             a1[t] = _mm512_fmadd_ps(p3[t], s, a1[t]);
         }
     }
-    int nan = _mm512_cmpeq_epi8_mask(top_s, _mm512_set1_epi8(0x7F)) != 0 ||
-              _mm512_cmpeq_epi8_mask(top_u, _mm512_set1_epi8((char)0xFF)) != 0;
+    int nan = f8_nan_found(&seen);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = nan ? NAN : hsum(_mm512_add_ps(a0[t], a1[t]));
@@ -542,20 +532,6 @@ LN_ROWS(mx, MS_WFMT_MXFP4)
 LN_ROWS(bf, MS_WFMT_BF16)
 LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
 
-/* Whether token x (cols floats) scales by 2^112 without overflow. */
-static int f8_x_fits(const float *x, int64_t cols)
-{
-    __m512 top = _mm512_setzero_ps();
-    int64_t c = 0;
-    for (; c + 16 <= cols; c += 16)
-        top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
-    if (c < cols)
-        top = _mm512_max_ps(
-            top, _mm512_abs_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << (cols - c)) - 1), x + c)));
-    /* NaN lanes compare false and pass: they stay NaN scaled */
-    return !_mm512_cmp_ps_mask(top, _mm512_set1_ps(F8_X_LIMIT), _CMP_GE_OQ);
-}
-
 /* FP8 rows: byte-lane order where the blocks tile its units and panels and
  * the token's x fits the scaling, else the column order; decided per token
  * (runs of tokens alike go together), so a token's bits never depend on
@@ -569,8 +545,8 @@ static void rows_fp8_any(const ms_mat *w, const float *X, int n, int64_t ldx, fl
         return;
     }
     for (int t0 = 0; t0 < n;) {
-        int lanes = f8_x_fits(X + t0 * ldx, w->cols), t1 = t0 + 1;
-        while (t1 < n && f8_x_fits(X + t1 * ldx, w->cols) == lanes)
+        int lanes = x_below(X + t0 * ldx, w->cols, F8_X_LIMIT), t1 = t0 + 1;
+        while (t1 < n && x_below(X + t1 * ldx, w->cols, F8_X_LIMIT) == lanes)
             t1++;
         (lanes ? rows_f8 : rows_fp8)(w, X + t0 * ldx, t1 - t0, ldx, Y + t0 * ldy, ldy, r0, r1);
         t0 = t1;

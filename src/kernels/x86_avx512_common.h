@@ -53,4 +53,59 @@ AI __m512 mx_scales(const uint8_t *sb, int ng)
     return _mm512_castsi512_ps(bits);
 }
 
+/* FP8 (e4m3) bytes in lane order, shared by the exact table's byte-lane
+ * kernel (x86_avx512.c) and the fast one (x86_avx512bf16.c). A byte
+ * s.eeee.mmm whose sign sits at bit 15 of a 16-bit word and eeeemmm at
+ * bits 10..4 is a bf16 equal to value * 2^-120 (e = 0: a bf16 subnormal,
+ * same ratio); at bits 31 and 26..20 of a dword, a float likewise. An
+ * arithmetic shift of the words right by 4 puts each word's high byte
+ * there (bytes 1 and 3 of each dword: the odd columns); after a word shift
+ * left by 8, its low byte (bytes 0 and 2: the even columns). The decode
+ * then keeps F8_KEEP of each word (bf16) or F8_KEEP << 16 of each dword
+ * (float: the high word as is, the low word shifted up). */
+#define F8_KEEP 0x87F0
+AI __m512i f8_odd(__m512i v)
+{
+    return _mm512_srai_epi16(v, 4);
+}
+AI __m512i f8_even(__m512i v)
+{
+    return _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4);
+}
+
+/* The NaN codes (eeeemmm all ones: 0x7F, 0xFF) seen among some bytes: 0x7F
+ * is the largest signed byte and 0xFF the largest unsigned, so a running
+ * maximum of each finds them in two instructions per 64 bytes. */
+typedef struct f8_nan {
+    __m512i s, u;
+} f8_nan;
+AI f8_nan f8_nan_none(void)
+{
+    return (f8_nan){_mm512_setzero_si512(), _mm512_setzero_si512()};
+}
+AI void f8_nan_see(f8_nan *n, __m512i v)
+{
+    n->s = _mm512_max_epi8(n->s, v);
+    n->u = _mm512_max_epu8(n->u, v);
+}
+AI int f8_nan_found(const f8_nan *n)
+{
+    return _mm512_cmpeq_epi8_mask(n->s, _mm512_set1_epi8(0x7F)) != 0 ||
+           _mm512_cmpeq_epi8_mask(n->u, _mm512_set1_epi8((char)0xFF)) != 0;
+}
+
+/* Whether every |x[c]| of a token is below limit (NaN lanes pass: they stay
+ * NaN however scaled). */
+AI int x_below(const float *x, int64_t cols, float limit)
+{
+    __m512 top = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16)
+        top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+    if (c < cols)
+        top = _mm512_max_ps(
+            top, _mm512_abs_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << (cols - c)) - 1), x + c)));
+    return !_mm512_cmp_ps_mask(top, _mm512_set1_ps(limit), _CMP_GE_OQ);
+}
+
 #endif

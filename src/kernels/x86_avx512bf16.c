@@ -4,11 +4,14 @@
  * Not exact, and so opt-in: activations are rounded to bf16 (round to
  * nearest even, 8 significant bits) once per product, as llama.cpp does for
  * bf16 weights. Weights stay exact: every BF16 and every MXFP4 value is a
- * bf16 number. vdpbf16ps adds the two exact products of a pair into a lane
- * with float32 rounding and flushes subnormal inputs and outputs to zero.
- * Formats without a fast kernel here (F32, F16, FP8) run the exact AVX-512
- * kernels of this same table; the engine reports which ran and the test
- * suite measures the deviation on the fixtures.
+ * bf16 number, and so is every FP8 (e4m3) value before its block scale.
+ * vdpbf16ps adds the two exact products of a pair into a lane with float32
+ * rounding and flushes subnormal inputs and outputs to zero; for FP8 that
+ * drops the e4m3 subnormals (|value| < 2^-6 of the block's scale), which
+ * the decode leaves as bf16 subnormals. Formats without a fast kernel here
+ * (F32, F16) run the exact AVX-512 kernels of this same table; the engine
+ * reports which ran and the test suite measures the deviation on the
+ * fixtures.
  *
  * Layouts, per block of 128 columns:
  *  - BF16: four vectors of 32 weights in column order; x in column order.
@@ -20,10 +23,18 @@
  *    xb[j][l] = bf16(x[4l + j]). Float lane i pairs words 2i and 2i+1,
  *    i.e. columns 8i+j and 8i+4+j, both of group i/4: the group scales
  *    multiply the block's partial sums per lane (a power of two: exact).
+ *  - FP8, per 64 columns: the bytes decoded in place as bf16 words equal
+ *    to value * 2^-120 (f8_odd and f8_even of x86_avx512_common.h): the odd
+ *    columns' words, then the even ones', so word l of each is column 2l+1
+ *    or 2l; x laid out the same, as bf16(x * 2^112), and the block scale
+ *    times 2^8 folded into each block's partial sums. A token with |x| >=
+ *    2^15 (whose scaled x could round to infinity) and scale blocks that
+ *    do not tile 64 columns run the exact kernel instead.
  * As in the exact tables, every (token, row) sees the same operations
  * alone, batched or in any row range: panels of MX_PANEL columns, each
  * reduced by a fixed tree and added in order. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/internal.h"
 #include "kernels/x86_avx512_common.h"
@@ -37,14 +48,23 @@ enum {
     PREFETCH = 4096,   /* bytes ahead in a row's weights */
 };
 
-/* k (1..128) floats at x as 128 bf16 in column order, zero past k. */
-AI void to_bf16(const float *x, int k, __m512i out[4])
+#define F8_X_SCALE 0x1p112f
+#define F8_X_LIMIT 0x1p15f
+
+static float f16c_to_f32(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* k (1..128) floats at x times scale (a power of two) as 128 bf16 in
+ * column order, zero past k. */
+AI void to_bf16(const float *x, int k, float scale, __m512i out[4])
 {
     __m512 v[8];
     for (int i = 0; i < 8; i++) {
         int left = k - 16 * i;
         __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-        v[i] = _mm512_maskz_loadu_ps(m, x + 16 * i);
+        v[i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + 16 * i), _mm512_set1_ps(scale));
     }
     for (int i = 0; i < 4; i++) /* the second source fills the low half */
         out[i] = (__m512i)_mm512_cvtne2ps_pbh(v[2 * i + 1], v[2 * i]);
@@ -54,7 +74,7 @@ AI void to_bf16(const float *x, int k, __m512i out[4])
 static void x_bf16(const float *x, int k, uint16_t *xb)
 {
     __m512i n[4];
-    to_bf16(x, k, n);
+    to_bf16(x, k, 1.0f, n);
     for (int i = 0; i < 4; i++)
         _mm512_store_si512(xb + 32 * i, n[i]);
 }
@@ -74,13 +94,80 @@ static const uint16_t mx_pick[4][32] __attribute__((aligned(64))) = {
 static void x_mxfp4(const float *x, int k, uint16_t *xb)
 {
     __m512i n[4];
-    to_bf16(x, k, n);
+    to_bf16(x, k, 1.0f, n);
     for (int j = 0; j < 4; j++) {
         __m512i ix = _mm512_load_si512(mx_pick[j]);
         __m512i lo = _mm512_permutex2var_epi16(n[0], ix, n[1]);
         __m512i hi = _mm512_permutex2var_epi16(n[2], ix, n[3]);
         _mm512_store_si512(xb + 32 * j, _mm512_mask_blend_epi16(0xFFFF0000u, lo, hi));
     }
+}
+
+/* FP8 weights: per 64 columns, bf16(2^112 x) of the odd columns, then of
+ * the even ones. */
+static void x_fp8(const float *x, int k, uint16_t *xb)
+{
+    __m512i n[4];
+    to_bf16(x, k, F8_X_SCALE, n);
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36,
+                                          34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
+                                          6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+    for (int u = 0; u < 2; u++) {
+        _mm512_store_si512(xb + 64 * u, _mm512_permutex2var_epi16(n[2 * u], odd, n[2 * u + 1]));
+        _mm512_store_si512(xb + 64 * u + 32,
+                           _mm512_permutex2var_epi16(n[2 * u], even, n[2 * u + 1]));
+    }
+}
+
+/* Columns [c0, c1) of FP8 row r (c0 on a block boundary, blocks a multiple
+ * of 64 columns) for nt tokens with bf16 x (panel relative) at xb[t]; the
+ * panel's sums to out[t]. */
+AI void fp8_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb,
+                      int64_t c0, int64_t c1, float *out)
+{
+    const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
+    const __m512i keep = _mm512_set1_epi16((short)F8_KEEP);
+    const int64_t bc = w->block_cols;
+    int64_t si = ms_fp8_scale_row(w, r) + c0 / bc;
+    f8_nan seen = f8_nan_none();
+    __m512 a0[MAX_NT], a1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    for (int64_t b = c0; b < c1; b += bc, si++) {
+        int64_t be = b + bc < c1 ? b + bc : c1;
+        __m512 p0[MAX_NT], p1[MAX_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            p0[t] = p1[t] = _mm512_setzero_ps();
+        for (int64_t c = b; c < be; c += 64) {
+            _mm_prefetch((const char *)row + c + PREFETCH, _MM_HINT_T0);
+            __m512i v = be - c >= 64
+                            ? _mm512_loadu_si512(row + c)
+                            : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (be - c)) - 1), row + c);
+            f8_nan_see(&seen, v);
+            __m512i odd = _mm512_and_si512(f8_odd(v), keep);
+            __m512i even = _mm512_and_si512(f8_even(v), keep);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const uint16_t *xo = xb[t] + (c - c0);
+                p0[t] = _mm512_dpbf16_ps(p0[t], (__m512bh)odd, (__m512bh)_mm512_load_si512(xo));
+                p1[t] = _mm512_dpbf16_ps(p1[t], (__m512bh)even,
+                                         (__m512bh)_mm512_load_si512(xo + 32));
+            }
+        }
+        __m512 s = _mm512_set1_ps(ms_fp8_scale_at(w, si, f16c_to_f32) * 256.0f);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm512_fmadd_ps(p0[t], s, a0[t]);
+            a1[t] = _mm512_fmadd_ps(p1[t], s, a1[t]);
+        }
+    }
+    int nan = f8_nan_found(&seen);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t] = nan ? NAN : hsum(_mm512_add_ps(a0[t], a1[t]));
 }
 
 /* Columns [c0, c1) of row r for nt tokens with bf16 x (panel relative) at
@@ -178,6 +265,8 @@ AI void ln_transpose(ms_wfmt f, const float *x, int k, uint16_t *out)
 {
     if (f == MS_WFMT_MXFP4)
         x_mxfp4(x, k, out);
+    else if (f == MS_WFMT_FP8_BLOCK)
+        x_fp8(x, k, out);
     else
         x_bf16(x, k, out);
 }
@@ -185,21 +274,47 @@ AI void ln_transpose(ms_wfmt f, const float *x, int k, uint16_t *out)
 AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xp,
                      int64_t c0, int64_t c1, float *out)
 {
-    row_panel(f, nt, w, r, xp, c0, c1, out);
+    if (f == MS_WFMT_FP8_BLOCK)
+        fp8_row_panel(nt, w, r, xp, c0, c1, out);
+    else
+        row_panel(f, nt, w, r, xp, c0, c1, out);
 }
 
 #include "kernels/x86_lanes.h"
 
 LN_ROWS(bf, MS_WFMT_BF16)
 LN_ROWS(mx, MS_WFMT_MXFP4)
+LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
+
+/* FP8: the fast kernel for tokens whose x fits its scaling, the exact one
+ * for the others and for scale blocks that do not tile 64 columns; chosen
+ * per token (runs of tokens alike together), so a token's bits never
+ * depend on the batch. */
+static void rows_fp8_fast(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                          int64_t ldy, int64_t r0, int64_t r1)
+{
+    ms_rows_fn exact = ms_kernels_avx512()->rows[MS_WFMT_FP8_BLOCK];
+    if (w->block_cols % 64 || PANEL % w->block_cols) {
+        exact(w, X, n, ldx, Y, ldy, r0, r1);
+        return;
+    }
+    for (int t0 = 0; t0 < n;) {
+        int fast = x_below(X + t0 * ldx, w->cols, F8_X_LIMIT), t1 = t0 + 1;
+        while (t1 < n && x_below(X + t1 * ldx, w->cols, F8_X_LIMIT) == fast)
+            t1++;
+        (fast ? rows_f8 : exact)(w, X + t0 * ldx, t1 - t0, ldx, Y + t0 * ldy, ldy, r0, r1);
+        t0 = t1;
+    }
+}
 
 const ms_kernel_ops *ms_kernels_avx512_bf16(void)
 {
-    /* the avx512 table with the two fast kernels */
+    /* the avx512 table with the three fast kernels */
     static ms_derived_ops d = {.base = ms_kernels_avx512,
                                .name = "avx512-bf16-fast",
                                .rows = {[MS_WFMT_BF16] = rows_bf,
-                                        [MS_WFMT_MXFP4] = rows_mx}};
+                                        [MS_WFMT_MXFP4] = rows_mx,
+                                        [MS_WFMT_FP8_BLOCK] = rows_fp8_fast}};
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") ? ms_kernels_derive(&d) : NULL;
 }

@@ -1,5 +1,6 @@
-/* The loop of the lane-order kernels (MXFP4 in the AVX2 and AVX-512
- * tables, BF16 and MXFP4 in the fast table): x transposed (or converted)
+/* The loop of the lane-order kernels (MXFP4 in the AVX2 table; BF16,
+ * MXFP4 and FP8 in the AVX-512 and fast tables; the int8 tables): x
+ * transposed (or converted)
  * once per call into the order the decoded lanes need, then rows over
  * panels. Included after the ISA file defines (static inline):
  *

@@ -20,7 +20,9 @@
  * by at most 2^-9 * sum|W x|) and vdpbf16ps flushes subnormal weights,
  * activations and partial sums to zero (at most 2^-126 * |x| per column,
  * FAST_ABS per column). Its bound for those formats is 2 * 2^-9 * sum|W x|
- * on top of the exact one; its other formats are the exact kernels. Every
+ * on top of the exact one. For FP8 it also drops the e4m3 subnormals
+ * (exponent field 0), which its decode leaves as bf16 subnormals: their
+ * 2 * sum|W x| is added. Its other formats are the exact kernels. Every
  * determinism check holds for it bit for bit, as for the others.
  *
  * The int8 tables (--precision int8: AVX512-VNNI, or AVX2) quantise x for MXFP4 per
@@ -52,7 +54,7 @@ static double cur_abs = TINY_ABS;    /* the absolute term of the running format 
 static int is_fast(ms_wfmt fmt)
 {
     return cur_ops && cur_ops == ms_kernels_avx512_bf16() &&
-           (fmt == MS_WFMT_BF16 || fmt == MS_WFMT_MXFP4);
+           (fmt == MS_WFMT_BF16 || fmt == MS_WFMT_MXFP4 || fmt == MS_WFMT_FP8_BLOCK);
 }
 
 /* Whether (table, format) runs the int8 kernel (activations quantised). */
@@ -285,13 +287,16 @@ static double worst_ratio(const ms_mat *m, const float *X, int n, const float *Y
 {
     double worst = 0.0;
     int q8 = is_int8(m->fmt);
+    int flush8 = m->fmt == MS_WFMT_FP8_BLOCK && is_fast(m->fmt);
     for (int t = 0; t < n; t++) {
         for (int64_t r = 0; r < m->rows; r++) {
-            double ref = 0.0, mag = 0.0, quant = 0.0, d = 0.0;
+            double ref = 0.0, mag = 0.0, quant = 0.0, d = 0.0, flushed = 0.0;
             for (int64_t c = 0; c < m->cols; c++) {
                 double p = (double)ms_mat_get(m, r, c) * X[t * m->cols + c];
                 ref += p;
                 mag += fabs(p);
+                if (flush8 && (((const uint8_t *)m->w)[r * m->cols + c] & 0x78) == 0)
+                    flushed += fabs(p);
                 if (q8 && c % 32 == 0) {
                     double amax = 0.0;
                     for (int64_t k = c; k < c + 32 && k < m->cols; k++)
@@ -302,6 +307,7 @@ static double worst_ratio(const ms_mat *m, const float *X, int n, const float *Y
                     quant += fabs((double)ms_mat_get(m, r, c)) * (d / 2.0 + 4.0 * U * d * 127.0);
             }
             mag += q8 ? quant / tol : 0.0;
+            mag += 2.0 * flushed / tol;
             double y = Y[t * m->rows + r];
             if (isnan(ref) != isnan(y) || (!isnan(ref) && !isfinite(y)))
                 return INFINITY;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The opt-in precisions on the upstream fixtures: --precision fast
-# (activations rounded to bf16 for BF16 and MXFP4 weights, AVX512-BF16 dot
+# (activations rounded to bf16 for BF16, MXFP4 and FP8 weights, AVX512-BF16 dot
 # products) and --precision int8 (activations quantised to int8 per 32
 # columns for MXFP4 weights, AVX512-VNNI byte dot products, else AVX2's). For each: its
 # deviation from the reference logits, measured and printed
