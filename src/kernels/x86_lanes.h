@@ -25,12 +25,12 @@
 typedef void (*ln_rows_fn)(const ms_mat *, int64_t, int64_t, const LN_XT *const *, int64_t,
                            int64_t, int64_t, float *, int64_t);
 
-/* Rows of one token go whole (x transposed once, the weights streamed in
- * order) while its x fits beside them in L1; wider rows go panel-major, a
- * block of LN_ROWS_AHEAD rows per panel so that x's panel stays in L1:
- * with whole rows of 7168 columns (28 KiB of x) the x loads missed L1 and
- * an FP8 matvec ran at 9 GB/s on a Zen 4 core, against 15-16 at 4096. */
-enum { LN_X_L1 = 16 << 10, LN_ROWS_AHEAD = 16 };
+/* A token group takes whole rows (x transposed once, the weights streamed
+ * in order) while its x fits beside them in L1; else rows go panel-major,
+ * LN_ROW_BLOCK rows per panel, so that x's panel stays in L1: with whole
+ * rows of 7168 columns (28 KiB of x) the x loads missed L1 and an FP8
+ * matvec ran at 9 GB/s on a Zen 4 core, against 15-16 at 4096. */
+enum { LN_X_L1 = 16 << 10 };
 
 /* Panel-major rows are not one stream, so the hardware prefetcher does not
  * follow them: each row panel asks for its bytes one row block ahead, into
@@ -87,12 +87,13 @@ AI void ln_transpose_rows(ms_wfmt f, const float *X, int nt, int64_t ldx, int64_
 }
 
 /* The ms_rows_fn body: fns[nt - 1] are the format's LN_ROWS_NT functions.
- * One token, or a few whose x fits L1, take whole rows when xbuf holds them
- * (x transposed once, the weights streamed once in order). A batch goes in passes of as many
- * tokens as xbuf holds, each transposed whole; then row blocks, token
- * groups, panels: a token group's x panel stays in L1 across the block's
- * rows, the block's weights in L2 across the groups. Rows wider than xbuf
- * go panel-major, a panel of x for a pass of tokens at a time. */
+ * One token, or a few, whose x fits L1 take whole rows (x transposed once,
+ * the weights streamed once in order). Else tokens go in passes of as many
+ * as xbuf holds, each transposed whole; then row blocks, token groups,
+ * panels: a token group's x panel stays in L1 across the block's rows, the
+ * block's weights in L2 across the groups, and the first group prefetches
+ * the next block. Rows wider than xbuf go panel-major, a panel of x for a
+ * pass of tokens at a time. */
 AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, const float *X,
                 int n, int64_t ldx, float *Y, int64_t ldy, int64_t r0, int64_t r1)
 {
@@ -103,19 +104,6 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
         for (int t = 0; t < n; t++)
             xp[t] = xbuf + t * whole;
         fns[n - 1](w, r0, r1, xp, 0, w->cols, 0, Y, ldy);
-        return;
-    }
-    if (n == 1 && whole <= LN_XBUF) {
-        int64_t panel = whole < LN_PANEL ? whole : LN_PANEL;
-        ln_transpose_rows(f, X, 1, ldx, 0, w->cols, xbuf, whole);
-        for (int64_t rb = r0; rb < r1; rb += LN_ROWS_AHEAD) {
-            int64_t re = rb + LN_ROWS_AHEAD < r1 ? rb + LN_ROWS_AHEAD : r1;
-            for (int64_t c0 = 0; c0 < w->cols; c0 += panel) {
-                xp[0] = xbuf + c0;
-                fns[0](w, rb, re, xp, c0, c0 + panel < w->cols ? c0 + panel : w->cols,
-                       LN_ROWS_AHEAD * ms_col_bytes(f, w->cols), Y, ldy);
-            }
-        }
         return;
     }
     /* x is transposed a span at a time: the whole row, or a panel when the
