@@ -37,7 +37,9 @@ enum { LN_X_L1 = 16 << 10 };
  * panel also asks for its bytes about 24 KiB ahead (whole rows), into L2.
  * Zen 4, two threads, from a file mapping, 8 alternations: BF16 2880
  * columns 29.7 -> 31.1 GB/s (median), 4096 27.4 -> 30.4; FP8 2048 31 -> 38;
- * one thread BF16 2880 17.6 -> 23. Nearer (8-12 KiB) gained nothing or lost. */
+ * one thread BF16 2880 17.6 -> 23. Nearer (8-12 KiB) gained nothing or lost.
+ * Not for MXFP4, whose matvec is compute-bound on that core: the extra
+ * instructions cost it 5-8% on one thread (bench/kernels, every table). */
 enum { LN_AHEAD_BYTES = 24 << 10 };
 
 /* Panel-major rows are not one stream, so the hardware prefetcher does not
@@ -112,7 +114,8 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
         for (int t = 0; t < n; t++)
             xp[t] = xbuf + t * whole;
         int64_t row = ms_col_bytes(f, w->cols);
-        fns[n - 1](w, r0, r1, xp, 0, w->cols, ms_ceil_div(LN_AHEAD_BYTES, row) * row, Y, ldy);
+        int64_t ahead = f == MS_WFMT_MXFP4 ? 0 : ms_ceil_div(LN_AHEAD_BYTES, row) * row;
+        fns[n - 1](w, r0, r1, xp, 0, w->cols, ahead, Y, ldy);
         return;
     }
     /* x is transposed a span at a time: the whole row, or a panel when the
