@@ -45,10 +45,10 @@ static _Atomic(const ms_kernel_ops *) active;
  * 4"); FP8 and the batched products keep 8 KiB, MXFP4 does not care. */
 ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048};
 
-/* FP8 in byte-lane order on every AVX-512 CPU (measured on Zen 4; on Intel
- * its e4m3 subnormals become float subnormals, which some cores multiply
- * slowly: not measured). test_kernels switches it off to test the column
- * order on every shape. */
+/* FP8 in byte-lane order in the AVX2 and AVX-512 tables (measured on Zen
+ * 4; on Intel its e4m3 subnormals become float subnormals, which some
+ * cores multiply slowly: not measured). test_kernels switches it off to
+ * test the column order on every shape. */
 int ms_fp8_lanes = 1;
 
 /* AMD family 19h with AVX-512 is Zen 4 (Zen 3, the same family, has

@@ -3,13 +3,19 @@
  * This file supplies 256-bit primitives and decoders for the shared
  * column-order skeleton of x86_rows.h (chunks of 16 columns; tokens share
  * each decoded chunk in groups of 4, 2 for FP8, which needs twice the
- * registers) and MXFP4's lane-order kernel (below, over x86_lanes.h).
+ * registers) and the lane-order kernels of MXFP4 and FP8 (below, over
+ * x86_lanes.h); FP8 keeps the column order for tokens whose activations
+ * the byte-lane order cannot scale and for scale blocks that do not tile
+ * its units.
  *
- * Decodes are exact. FP8: e4m3 bits moved into a half float equal value *
- * 2^-8, widened by vcvtph2ps, NaN codes patched to a half NaN; the 2^8 is
- * folded into the block scale (exact for scales below 2^120; products
- * w * 2^-8 * x below 2^-126 lose bits). MXFP4: see its section. */
+ * Decodes are exact. FP8 in column order: e4m3 bits moved into a half
+ * float equal value * 2^-8, widened by vcvtph2ps, NaN codes patched to a
+ * half NaN; the 2^8 is folded into the block scale (exact for scales below
+ * 2^120; products w * 2^-8 * x below 2^-126 lose bits). MXFP4 and FP8 in
+ * lane order: see their sections. */
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 #include "kernels/internal.h"
 
@@ -298,7 +304,107 @@ AI void lo_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         out[t] = hsum(_mm256_add_ps(a0[t], a1[t]));
 }
 
-/* The lane-order loop (x86_lanes.h) over lo_transpose and lo_row_panel. */
+/* ---- FP8 in byte-lane order ------------------------------------------------
+ * As in x86_avx512.c, at half the width: a 32-byte load is 32 columns,
+ * dword i holding columns 4i..4i+3. An e4m3 byte whose sign sits at bit 31
+ * of a lane and eeeemmm at bits 26..20 is a float equal to value * 2^-120
+ * (subnormals included): an arithmetic shift of the words right by 4 puts
+ * bytes 3 and 1 there (byte 1 in the low word, moved up by a dword shift),
+ * after a word shift left by 8 bytes 2 and 0. x is transposed to match and
+ * scaled by 2^112, so each product is w * x * 2^-8 as in the column order,
+ * whose 2^8 the block scale takes back; a token with |x| >= 2^16 takes the
+ * column order alone. A NaN code makes the panel's sum NaN. Per token two
+ * chains per scale block (bytes 3 and 2, bytes 1 and 0) and two
+ * accumulators: with 2 tokens that and the decode fill the 16 registers. */
+enum { F8_UNIT = 32 };
+#define F8_X_SCALE 0x1p112f
+#define F8_X_LIMIT 0x1p16f
+
+/* k (1..64) columns of x in byte-lane order, scaled by 2^112, zero past k:
+ * per 32 columns x[4i+3], x[4i+1], x[4i+2], x[4i] (i = 0..7). Each 128-bit
+ * half of a load is one dword's 4 columns; a 4x4 transpose per half leaves
+ * the even dwords in the low halves and the odd ones in the high halves,
+ * which one permute puts in order. */
+AI void f8_transpose(const float *x, int k, float *xp)
+{
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256 big = _mm256_set1_ps(F8_X_SCALE);
+    for (int u = 0; u < 2; u++) {
+        __m256 X[4], r[4];
+        for (int v = 0; v < 4; v++)
+            X[v] = _mm256_maskload_ps(x + 32 * u + 8 * v, lanes_below(k - 32 * u - 8 * v, 0));
+        __m256 t0 = _mm256_unpacklo_ps(X[0], X[1]), t1 = _mm256_unpackhi_ps(X[0], X[1]);
+        __m256 t2 = _mm256_unpacklo_ps(X[2], X[3]), t3 = _mm256_unpackhi_ps(X[2], X[3]);
+        r[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+        r[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+        r[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+        r[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+        static const int byte_of[4] = {3, 1, 2, 0};
+        for (int q = 0; q < 4; q++)
+            _mm256_store_ps(xp + 32 * u + 8 * q,
+                            _mm256_mul_ps(_mm256_permutevar8x32_ps(r[byte_of[q]], order), big));
+    }
+}
+
+/* Columns [c0, c1) of FP8 row r (c0 on a block boundary, blocks a multiple
+ * of F8_UNIT columns) for nt tokens with byte-lane x (panel relative) at
+ * xp[t]; the panel's sums to out[t]. */
+AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
+                     int64_t c1, float *out)
+{
+    const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
+    const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
+    const int64_t bc = w->block_cols;
+    int64_t si = ms_fp8_scale_row(w, r) + c0 / bc;
+    __m256i top_s = _mm256_setzero_si256(), top_u = _mm256_setzero_si256();
+    __m256 a0[LO_NT], a1[LO_NT];
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = _mm256_setzero_ps();
+    for (int64_t b = c0; b < c1; b += bc, si++) {
+        int64_t be = b + bc < c1 ? b + bc : c1;
+        __m256 p0[LO_NT], p1[LO_NT];
+        for (int t = 0; t < nt; t++)
+            p0[t] = p1[t] = _mm256_setzero_ps();
+        for (int64_t c = b; c < be; c += F8_UNIT) {
+            _mm_prefetch((const char *)row + c + PREFETCH, _MM_HINT_T0);
+            __m256i v;
+            if (be - c >= F8_UNIT) {
+                v = _mm256_loadu_si256((const __m256i *)(row + c));
+            } else { /* the row's ragged end: nothing past it is read */
+                uint8_t tail[F8_UNIT] = {0};
+                memcpy(tail, row + c, (size_t)(be - c));
+                v = _mm256_loadu_si256((const __m256i *)tail);
+            }
+            top_s = _mm256_max_epi8(top_s, v);
+            top_u = _mm256_max_epu8(top_u, v);
+            __m256i h31 = _mm256_srai_epi16(v, 4);
+            __m256i h20 = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 4);
+            __m256 d3 = _mm256_castsi256_ps(_mm256_and_si256(h31, keep));
+            __m256 d1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(h31, 16), keep));
+            __m256 d2 = _mm256_castsi256_ps(_mm256_and_si256(h20, keep));
+            __m256 d0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(h20, 16), keep));
+            for (int t = 0; t < nt; t++) {
+                const float *xo = xp[t] + (c - c0);
+                p0[t] = _mm256_fmadd_ps(d3, _mm256_load_ps(xo), p0[t]);
+                p1[t] = _mm256_fmadd_ps(d1, _mm256_load_ps(xo + 8), p1[t]);
+                p0[t] = _mm256_fmadd_ps(d2, _mm256_load_ps(xo + 16), p0[t]);
+                p1[t] = _mm256_fmadd_ps(d0, _mm256_load_ps(xo + 24), p1[t]);
+            }
+        }
+        __m256 s = _mm256_set1_ps(ms_fp8_scale_at(w, si, f16c_to_f32) * X_FP8_UNIT);
+        for (int t = 0; t < nt; t++) {
+            a0[t] = _mm256_fmadd_ps(p0[t], s, a0[t]);
+            a1[t] = _mm256_fmadd_ps(p1[t], s, a1[t]);
+        }
+    }
+    int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(top_s, _mm256_set1_epi8(0x7F))) != 0 ||
+              _mm256_movemask_epi8(_mm256_cmpeq_epi8(top_u, _mm256_set1_epi8((char)0xFF))) != 0;
+    for (int t = 0; t < nt; t++)
+        out[t] = nan ? NAN : hsum(_mm256_add_ps(a0[t], a1[t]));
+}
+
+/* The lane-order loop (x86_lanes.h) over the two formats' transposes and
+ * row panels. */
 #define LN_XT float
 #define LN_BLOCK LO_BLOCK
 #define LN_PANEL LO_PANEL
@@ -308,20 +414,57 @@ AI void lo_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
 
 AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
 {
-    (void)f;
-    lo_transpose(x, k, out);
+    if (f == MS_WFMT_FP8_BLOCK)
+        f8_transpose(x, k, out);
+    else
+        lo_transpose(x, k, out);
 }
 
 AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *xp,
                      int64_t c0, int64_t c1, float *out)
 {
-    (void)f;
-    lo_row_panel(nt, w, r, xp, c0, c1, out);
+    if (f == MS_WFMT_FP8_BLOCK)
+        f8_row_panel(nt, w, r, xp, c0, c1, out);
+    else
+        lo_row_panel(nt, w, r, xp, c0, c1, out);
 }
 
 #include "kernels/x86_lanes.h"
 
 LN_ROWS(mx, MS_WFMT_MXFP4)
+LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
+
+/* Whether every |x[c]| of a token is below limit (NaN lanes pass). */
+static int x_below(const float *x, int64_t cols, float limit)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 top = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; c += 8)
+        top = _mm256_max_ps(top, _mm256_and_ps(abs, _mm256_maskload_ps(x + c, lanes_below(
+                                                                    (int)(cols - c), 0))));
+    return _mm256_movemask_ps(_mm256_cmp_ps(top, _mm256_set1_ps(limit), _CMP_GE_OQ)) == 0;
+}
+
+/* FP8 rows: byte-lane order where the blocks tile its units and panels and
+ * the token's x fits the scaling, else the column order; decided per token
+ * (runs of tokens alike go together), so a token's bits never depend on
+ * the others. */
+static void rows_fp8_any(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
+                         int64_t ldy, int64_t r0, int64_t r1)
+{
+    int64_t bc = w->block_cols;
+    if (!ms_fp8_lanes || bc % F8_UNIT || LO_PANEL % bc) {
+        rows_fp8(w, X, n, ldx, Y, ldy, r0, r1);
+        return;
+    }
+    for (int t0 = 0; t0 < n;) {
+        int lanes = x_below(X + t0 * ldx, w->cols, F8_X_LIMIT), t1 = t0 + 1;
+        while (t1 < n && x_below(X + t1 * ldx, w->cols, F8_X_LIMIT) == lanes)
+            t1++;
+        (lanes ? rows_f8 : rows_fp8)(w, X + t0 * ldx, t1 - t0, ldx, Y + t0 * ldy, ldy, r0, r1);
+        t0 = t1;
+    }
+}
 
 /* Same scheme as a row: two accumulators over chunks of 16, masked tail. */
 static float dot_avx2(const float *a, const float *b, int64_t n)
@@ -376,7 +519,7 @@ static const ms_kernel_ops avx2_ops = {
         [MS_WFMT_F32] = rows_f32,
         [MS_WFMT_BF16] = rows_bf16,
         [MS_WFMT_F16] = rows_f16,
-        [MS_WFMT_FP8_BLOCK] = rows_fp8,
+        [MS_WFMT_FP8_BLOCK] = rows_fp8_any,
         [MS_WFMT_MXFP4] = rows_mx,
     },
     .dot = dot_avx2,

@@ -669,9 +669,10 @@ int main(void)
             run_named("threads", case_threads);
             if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4)
                 run_named("wide_rows", case_wide_rows);
-            /* the AVX-512 table's FP8 column order, which the byte-lane
-             * order falls back to per token, on every shape */
-            if (cur_fmt == MS_WFMT_FP8_BLOCK && cur_ops == ms_kernels_avx512()) {
+            /* the AVX2 and AVX-512 tables' FP8 column order, which the
+             * byte-lane order falls back to per token, on every shape */
+            if (cur_fmt == MS_WFMT_FP8_BLOCK &&
+                (cur_ops == ms_kernels_avx512() || cur_ops == ms_kernels_avx2())) {
                 ms_fp8_lanes = 0;
                 run_named("format_column_order", case_format);
                 ms_fp8_lanes = 1;
