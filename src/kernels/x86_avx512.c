@@ -447,7 +447,7 @@ AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
                      int64_t c1, float *out)
 {
     const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
-    const __m512i keep = _mm512_set1_epi32(F8_KEEP << 16);
+    const __m512i keep = _mm512_set1_epi32((int)(F8_KEEP << 16));
     const int64_t bc = w->block_cols, pf = ms_prefetch_bytes.far;
     int64_t si = ms_fp8_scale_row(w, r) + c0 / bc;
     f8_nan seen = f8_nan_none();

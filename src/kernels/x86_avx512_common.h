@@ -63,7 +63,7 @@ AI __m512 mx_scales(const uint8_t *sb, int ng)
  * left by 8, its low byte (bytes 0 and 2: the even columns). The decode
  * then keeps F8_KEEP of each word (bf16) or F8_KEEP << 16 of each dword
  * (float: the high word as is, the low word shifted up). */
-#define F8_KEEP 0x87F0
+#define F8_KEEP 0x87F0u
 AI __m512i f8_odd(__m512i v)
 {
     return _mm512_srai_epi16(v, 4);
