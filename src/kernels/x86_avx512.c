@@ -532,6 +532,11 @@ LN_ROWS(mx, MS_WFMT_MXFP4)
 LN_ROWS(bf, MS_WFMT_BF16)
 LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
 
+static int f8_fits(const float *x, int64_t cols)
+{
+    return x_below(x, cols, F8_X_LIMIT);
+}
+
 /* FP8 rows: byte-lane order where the blocks tile its units and panels and
  * the token's x fits the scaling, else the column order; decided per token
  * (runs of tokens alike go together), so a token's bits never depend on
@@ -539,18 +544,10 @@ LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
 static void rows_fp8_any(const ms_mat *w, const float *X, int n, int64_t ldx, float *Y,
                          int64_t ldy, int64_t r0, int64_t r1)
 {
-    int64_t bc = w->block_cols;
-    if (!ms_fp8_lanes || bc % F8_UNIT || MX_PANEL % bc) {
+    if (ms_fp8_lanes && ms_fp8_blocks_tile(w, F8_UNIT, MX_PANEL))
+        ms_rows_by_token(rows_f8, rows_fp8, f8_fits, w, X, n, ldx, Y, ldy, r0, r1);
+    else
         rows_fp8(w, X, n, ldx, Y, ldy, r0, r1);
-        return;
-    }
-    for (int t0 = 0; t0 < n;) {
-        int lanes = x_below(X + t0 * ldx, w->cols, F8_X_LIMIT), t1 = t0 + 1;
-        while (t1 < n && x_below(X + t1 * ldx, w->cols, F8_X_LIMIT) == lanes)
-            t1++;
-        (lanes ? rows_f8 : rows_fp8)(w, X + t0 * ldx, t1 - t0, ldx, Y + t0 * ldy, ldy, r0, r1);
-        t0 = t1;
-    }
 }
 
 /* Same scheme as a row: two accumulators over chunks of 32, masked tail. */

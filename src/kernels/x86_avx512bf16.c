@@ -286,6 +286,11 @@ LN_ROWS(bf, MS_WFMT_BF16)
 LN_ROWS(mx, MS_WFMT_MXFP4)
 LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
 
+static int f8_fits(const float *x, int64_t cols)
+{
+    return x_below(x, cols, F8_X_LIMIT);
+}
+
 /* FP8: the fast kernel for tokens whose x fits its scaling, the exact one
  * for the others and for scale blocks that do not tile 64 columns; chosen
  * per token (runs of tokens alike together), so a token's bits never
@@ -294,17 +299,10 @@ static void rows_fp8_fast(const ms_mat *w, const float *X, int n, int64_t ldx, f
                           int64_t ldy, int64_t r0, int64_t r1)
 {
     ms_rows_fn exact = ms_kernels_avx512()->rows[MS_WFMT_FP8_BLOCK];
-    if (w->block_cols % 64 || PANEL % w->block_cols) {
+    if (ms_fp8_blocks_tile(w, 64, PANEL))
+        ms_rows_by_token(rows_f8, exact, f8_fits, w, X, n, ldx, Y, ldy, r0, r1);
+    else
         exact(w, X, n, ldx, Y, ldy, r0, r1);
-        return;
-    }
-    for (int t0 = 0; t0 < n;) {
-        int fast = x_below(X + t0 * ldx, w->cols, F8_X_LIMIT), t1 = t0 + 1;
-        while (t1 < n && x_below(X + t1 * ldx, w->cols, F8_X_LIMIT) == fast)
-            t1++;
-        (fast ? rows_f8 : exact)(w, X + t0 * ldx, t1 - t0, ldx, Y + t0 * ldy, ldy, r0, r1);
-        t0 = t1;
-    }
 }
 
 const ms_kernel_ops *ms_kernels_avx512_bf16(void)
