@@ -16,8 +16,9 @@
  * read them once per call. */
 extern ms_prefetch ms_prefetch_bytes;
 
-/* Whether the AVX-512 table runs FP8 in byte-lane order (its decode leaves
- * e4m3 subnormals as float subnormals) or in column order (dispatch.c). */
+/* Whether the AVX2 and AVX-512 tables run FP8 in byte-lane order (whose
+ * decode leaves e4m3 subnormals as float subnormals) or in column order
+ * (dispatch.c). */
 extern int ms_fp8_lanes;
 
 /* rows over X token by token's choice: runs of tokens for which fits(x,
