@@ -21,18 +21,19 @@ extern ms_prefetch ms_prefetch_bytes;
  * (dispatch.c). */
 extern int ms_fp8_lanes;
 
-/* rows over X token by token's choice: runs of tokens for which fits(x,
- * cols) agrees go together to yes or no, so that what a token gets never
- * depends on the others in its batch (FP8's byte-lane kernels take only
- * tokens whose x their scaling keeps finite). */
+/* rows over X token by token's choice: runs of tokens for which
+ * below(x, cols, limit) (every |x| under limit) agrees go together to yes
+ * or no, so that what a token gets never depends on the others in its
+ * batch (FP8's byte-lane kernels take only tokens whose x their scaling
+ * keeps finite). */
 static inline void ms_rows_by_token(ms_rows_fn yes, ms_rows_fn no,
-                                    int (*fits)(const float *x, int64_t cols), const ms_mat *w,
-                                    const float *X, int n, int64_t ldx, float *Y, int64_t ldy,
-                                    int64_t r0, int64_t r1)
+                                    int (*below)(const float *x, int64_t cols, float limit),
+                                    float limit, const ms_mat *w, const float *X, int n,
+                                    int64_t ldx, float *Y, int64_t ldy, int64_t r0, int64_t r1)
 {
     for (int t0 = 0; t0 < n;) {
-        int ok = fits(X + t0 * ldx, w->cols), t1 = t0 + 1;
-        while (t1 < n && fits(X + t1 * ldx, w->cols) == ok)
+        int ok = below(X + t0 * ldx, w->cols, limit), t1 = t0 + 1;
+        while (t1 < n && below(X + t1 * ldx, w->cols, limit) == ok)
             t1++;
         (ok ? yes : no)(w, X + t0 * ldx, t1 - t0, ldx, Y + t0 * ldy, ldy, r0, r1);
         t0 = t1;

@@ -445,11 +445,6 @@ static int x_below(const float *x, int64_t cols, float limit)
     return _mm256_movemask_ps(_mm256_cmp_ps(top, _mm256_set1_ps(limit), _CMP_GE_OQ)) == 0;
 }
 
-static int f8_fits(const float *x, int64_t cols)
-{
-    return x_below(x, cols, F8_X_LIMIT);
-}
-
 /* FP8 rows: byte-lane order where the blocks tile its units and panels and
  * the token's x fits the scaling, else the column order; decided per token
  * (runs of tokens alike go together), so a token's bits never depend on
@@ -458,7 +453,7 @@ static void rows_fp8_any(const ms_mat *w, const float *X, int n, int64_t ldx, fl
                          int64_t ldy, int64_t r0, int64_t r1)
 {
     if (ms_fp8_lanes && ms_fp8_blocks_tile(w, F8_UNIT, LO_PANEL))
-        ms_rows_by_token(rows_f8, rows_fp8, f8_fits, w, X, n, ldx, Y, ldy, r0, r1);
+        ms_rows_by_token(rows_f8, rows_fp8, x_below, F8_X_LIMIT, w, X, n, ldx, Y, ldy, r0, r1);
     else
         rows_fp8(w, X, n, ldx, Y, ldy, r0, r1);
 }

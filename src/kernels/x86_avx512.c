@@ -532,11 +532,6 @@ LN_ROWS(mx, MS_WFMT_MXFP4)
 LN_ROWS(bf, MS_WFMT_BF16)
 LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
 
-static int f8_fits(const float *x, int64_t cols)
-{
-    return x_below(x, cols, F8_X_LIMIT);
-}
-
 /* FP8 rows: byte-lane order where the blocks tile its units and panels and
  * the token's x fits the scaling, else the column order; decided per token
  * (runs of tokens alike go together), so a token's bits never depend on
@@ -545,7 +540,7 @@ static void rows_fp8_any(const ms_mat *w, const float *X, int n, int64_t ldx, fl
                          int64_t ldy, int64_t r0, int64_t r1)
 {
     if (ms_fp8_lanes && ms_fp8_blocks_tile(w, F8_UNIT, MX_PANEL))
-        ms_rows_by_token(rows_f8, rows_fp8, f8_fits, w, X, n, ldx, Y, ldy, r0, r1);
+        ms_rows_by_token(rows_f8, rows_fp8, x_below, F8_X_LIMIT, w, X, n, ldx, Y, ldy, r0, r1);
     else
         rows_fp8(w, X, n, ldx, Y, ldy, r0, r1);
 }

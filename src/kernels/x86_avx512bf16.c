@@ -286,11 +286,6 @@ LN_ROWS(bf, MS_WFMT_BF16)
 LN_ROWS(mx, MS_WFMT_MXFP4)
 LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
 
-static int f8_fits(const float *x, int64_t cols)
-{
-    return x_below(x, cols, F8_X_LIMIT);
-}
-
 /* FP8: the fast kernel for tokens whose x fits its scaling, the exact one
  * for the others and for scale blocks that do not tile 64 columns; chosen
  * per token (runs of tokens alike together), so a token's bits never
@@ -300,7 +295,7 @@ static void rows_fp8_fast(const ms_mat *w, const float *X, int n, int64_t ldx, f
 {
     ms_rows_fn exact = ms_kernels_avx512()->rows[MS_WFMT_FP8_BLOCK];
     if (ms_fp8_blocks_tile(w, 64, PANEL))
-        ms_rows_by_token(rows_f8, exact, f8_fits, w, X, n, ldx, Y, ldy, r0, r1);
+        ms_rows_by_token(rows_f8, exact, x_below, F8_X_LIMIT, w, X, n, ldx, Y, ldy, r0, r1);
     else
         exact(w, X, n, ldx, Y, ldy, r0, r1);
 }
