@@ -96,7 +96,7 @@ AI int f8_nan_found(const f8_nan *n)
 
 /* Whether every |x[c]| of a token is below limit (NaN lanes pass: they stay
  * NaN however scaled). */
-AI int x_below(const float *x, int64_t cols, float limit)
+static inline int x_below(const float *x, int64_t cols, float limit)
 {
     __m512 top = _mm512_setzero_ps();
     int64_t c = 0;
