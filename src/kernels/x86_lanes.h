@@ -85,6 +85,23 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
         }                                                                                \
     }
 
+/* Rows per block in the panel-major order: LN_ROW_BLOCK, fewer where the
+ * block's bytes would pass the bound. One token group streams each block
+ * once and prefetches the next one into L2: 32 rows of 16384 BF16 columns
+ * (1 MiB) asked for a whole L2 ahead and one Zen 4 thread ran at 9.8 GB/s;
+ * bounded to 128 KiB ahead, 20.5 (bench/kernels --cols 16384, 3 rounds
+ * interleaved; 18432 columns 10 -> 20, FP8 15 -> 16). Several token groups
+ * keep the block in L2 across them, beside the next one, so their bound is
+ * about a third of L2. The rows' bits do not depend on the blocks. */
+enum { LN_BLOCK_BYTES_ONE = 128 << 10, LN_BLOCK_BYTES_GROUPS = 384 << 10 };
+
+AI int64_t ln_row_block(ms_wfmt f, const ms_mat *w, int groups)
+{
+    int64_t rows = (groups > 1 ? LN_BLOCK_BYTES_GROUPS : LN_BLOCK_BYTES_ONE) /
+                   ms_col_bytes(f, w->cols);
+    return rows < 2 ? 2 : rows > LN_ROW_BLOCK ? LN_ROW_BLOCK : rows;
+}
+
 /* x columns [c0, c1) of token rows X[0..nt) transposed into out, one stride
  * per token. */
 AI void ln_transpose_rows(ms_wfmt f, const float *X, int nt, int64_t ldx, int64_t c0,
@@ -102,8 +119,8 @@ AI void ln_transpose_rows(ms_wfmt f, const float *X, int nt, int64_t ldx, int64_
  * as xbuf holds, each transposed whole; then row blocks, token groups,
  * panels: a token group's x panel stays in L1 across the block's rows, the
  * block's weights in L2 across the groups, and the first group prefetches
- * the next block. Rows wider than xbuf go panel-major, a panel of x for a
- * pass of tokens at a time. */
+ * the next block (ln_row_block). Rows wider than xbuf go panel-major, a
+ * panel of x for a pass of tokens at a time. */
 AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, const float *X,
                 int n, int64_t ldx, float *Y, int64_t ldy, int64_t r0, int64_t r1)
 {
@@ -127,15 +144,16 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
         for (int64_t s0 = 0; s0 < w->cols; s0 += span) {
             int64_t s1 = s0 + span < w->cols ? s0 + span : w->cols;
             ln_transpose_rows(f, X + p0 * ldx, np, ldx, s0, s1, xbuf, span);
-            for (int64_t rb = r0; rb < r1; rb += LN_ROW_BLOCK)
+            int64_t block = ln_row_block(f, w, np > LN_NT ? 2 : 1);
+            for (int64_t rb = r0; rb < r1; rb += block)
                 for (int t0 = 0; t0 < np; t0 += LN_NT) {
                     int nt = np - t0 < LN_NT ? np - t0 : LN_NT;
                     for (int64_t c0 = s0; c0 < s1; c0 += panel) {
                         for (int t = 0; t < nt; t++)
                             xp[t] = xbuf + (t0 + t) * span + (c0 - s0);
-                        fns[nt - 1](w, rb, rb + LN_ROW_BLOCK < r1 ? rb + LN_ROW_BLOCK : r1, xp,
-                                    c0, c0 + panel < s1 ? c0 + panel : s1,
-                                    t0 == 0 ? LN_ROW_BLOCK * ms_col_bytes(f, w->cols) : 0,
+                        fns[nt - 1](w, rb, rb + block < r1 ? rb + block : r1, xp, c0,
+                                    c0 + panel < s1 ? c0 + panel : s1,
+                                    t0 == 0 ? block * ms_col_bytes(f, w->cols) : 0,
                                     Y + (p0 + t0) * ldy, ldy);
                     }
                 }
