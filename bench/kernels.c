@@ -8,8 +8,9 @@
  * of a buffer far larger than the L3); memcpy (read + write) is printed
  * beside it for information. "floor x" is the matvec time over the floor
  * (weight bytes / read-stream bandwidth). Also a batched matmul (n = 8)
- * column. The opt-in tables (--precision fast, int8) show only the formats
- * they compute their own way. Activations are 64-byte aligned, as the engine's arena gives
+ * column, and FP8 in both of its orders (ms_kernels_fp8_lanes). The opt-in
+ * tables (--precision fast, int8) show only the formats they compute their
+ * own way. Activations are 64-byte aligned, as the engine's arena gives
  * them.
  *
  * Every number is the best of ROUNDS passes taken in interleaved rounds
@@ -29,6 +30,7 @@
 
 #include "base/pool.h"
 #include "kernels/kernels.h"
+#include "runtime/synth.h"
 
 static int64_t COLS = 4096; /* --cols */
 #define BATCH 8
@@ -57,7 +59,8 @@ static double min_d(double a, double b)
     return a < b ? a : b;
 }
 
-/* Typical-valued weights (no NaN, few subnormals) and scales. */
+/* Typical-valued weights (no NaN, few subnormals: FP8 codes as
+ * ms_synth_e4m3 spreads them) and scales. */
 static void fill(ms_wfmt fmt, uint8_t *w, size_t wbytes, uint8_t *scale, size_t sbytes)
 {
     for (size_t i = 0; i + 8 <= wbytes; i += 8) {
@@ -72,9 +75,13 @@ static void fill(ms_wfmt fmt, uint8_t *w, size_t wbytes, uint8_t *scale, size_t 
         case MS_WFMT_F16:
             r = (r & 0x83FF83FF83FF83FFull) | 0x3000300030003000ull;
             break;
-        case MS_WFMT_FP8_BLOCK:
-            r &= 0xF7F7F7F7F7F7F7F7ull; /* exponent <= 14: never the NaN code */
+        case MS_WFMT_FP8_BLOCK: { /* spread as trained codes are */
+            uint64_t u[2] = {r, next()};
+            r = 0;
+            for (int k = 0; k < 8; k++)
+                r |= (uint64_t)ms_synth_e4m3((uint16_t)(u[k / 4] >> (16 * (k % 4)))) << (8 * k);
             break;
+        }
         default:
             break;
         }
@@ -141,6 +148,17 @@ static int inherited(const ms_kernel_ops **tables, int k, int f)
 /* Best seconds per [table][format][threads-1][matvec, matmul]. */
 typedef double times[N_TABLES][MS_WFMT_COUNT][2][2];
 
+/* The exact AVX2 and AVX-512 tables run FP8 in either of two orders, one
+ * chosen per CPU (ms_kernels_fp8_lanes); the other is timed beside it, in
+ * the same rounds, into fp8_other. */
+static int fp8_chosen;
+static double fp8_other[N_TABLES][2][2];
+
+static int fp8_two_orders(const ms_kernel_ops *ops, int f)
+{
+    return f == MS_WFMT_FP8_BLOCK && (ops == ms_kernels_avx512() || ops == ms_kernels_avx2());
+}
+
 static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const float *X,
                       float *Y, int round, times best)
 {
@@ -163,6 +181,13 @@ static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const
                 if (!scalar)
                     best[k][f][thr - 1][1] = min_d(best[k][f][thr - 1][1],
                                                    time_matmul(tables[k], &m, X, BATCH, Y));
+                if (fp8_two_orders(tables[k], f)) {
+                    double *o = fp8_other[k][thr - 1];
+                    ms_kernels_set_fp8_lanes(!fp8_chosen);
+                    o[0] = min_d(o[0], time_matmul(tables[k], &m, X, 1, Y));
+                    o[1] = min_d(o[1], time_matmul(tables[k], &m, X, BATCH, Y));
+                    ms_kernels_set_fp8_lanes(fp8_chosen);
+                }
             }
         }
     }
@@ -182,16 +207,19 @@ static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, tim
             if (scalar)
                 m.rows /= 16;
             double bytes = (double)ms_mat_bytes(&m), flops = 2.0 * (double)m.rows * COLS;
-            for (int thr = 1; thr <= 2; thr++) {
-                double t = best[k][f][thr - 1][0], tb = best[k][f][thr - 1][1];
-                printf("%-16s %-10s %3d | %9.1f %8.1f %7.2f | ", tables[k]->name,
-                       fmt_name((ms_wfmt)f), thr, bytes / t / 1e9, flops / t / 1e9,
-                       t / (bytes / (bw[thr - 1] * 1e9)));
-                if (scalar)
-                    printf("%-12s %8s\n", "-", "-");
-                else
-                    printf("%-12.1f %8.1f\n", bytes / tb / 1e9, BATCH * flops / tb / 1e9);
-            }
+            for (int o = 0; o <= fp8_two_orders(tables[k], f); o++)
+                for (int thr = 1; thr <= 2; thr++) {
+                    const double *tt = o ? fp8_other[k][thr - 1] : best[k][f][thr - 1];
+                    double t = tt[0], tb = tt[1];
+                    printf("%-16s %-10s %3d | %9.1f %8.1f %7.2f | ",
+                           !o ? tables[k]->name : fp8_chosen ? " column order" : " byte lanes",
+                           fmt_name((ms_wfmt)f), thr, bytes / t / 1e9, flops / t / 1e9,
+                           t / (bytes / (bw[thr - 1] * 1e9)));
+                    if (scalar)
+                        printf("%-12s %8s\n", "-", "-");
+                    else
+                        printf("%-12.1f %8.1f\n", bytes / tb / 1e9, BATCH * flops / tb / 1e9);
+                }
         }
     }
 }
@@ -240,9 +268,12 @@ int main(int argc, char **argv)
     times best;
     double rd[2] = {0, 0}, cp[2] = {0, 0};
     for (int k = 0; k < N_TABLES; k++)
-        for (int f = 0; f < MS_WFMT_COUNT; f++)
-            for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++) {
+            for (int f = 0; f < MS_WFMT_COUNT; f++)
                 best[k][f][i / 2][i % 2] = 1e30;
+            fp8_other[k][i / 2][i % 2] = 1e30;
+        }
+    fp8_chosen = ms_kernels_fp8_lanes();
     for (int round = 0; round < ROUNDS; round++) {
         for (int thr = 1; thr <= 2; thr++) {
             double r = ms_read_stream(mats[0].w, (int64_t)bytes, thr);
@@ -260,7 +291,9 @@ int main(int argc, char **argv)
            "best of %d interleaved rounds\n", mib, (long long)COLS, ROUNDS);
     ms_prefetch pf = ms_kernels_prefetch();
     printf("prefetch (exact AVX-512 table): %d bytes ahead (matvec), %d (FP8, batched), %d "
-           "(MXFP4)\n\n", pf.near, pf.far, pf.lanes);
+           "(MXFP4)\n", pf.near, pf.far, pf.lanes);
+    printf("FP8 (AVX2, AVX-512): %s order on this CPU; the other order on the line below\n\n",
+           fp8_chosen ? "byte-lane" : "column");
     print_table(tables, mats, best, rd);
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         free(mats[f].w);

@@ -45,10 +45,17 @@ static _Atomic(const ms_kernel_ops *) active;
  * 4"); FP8 and the batched products keep 8 KiB, MXFP4 does not care. */
 ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048};
 
-/* FP8 in byte-lane order in the AVX2 and AVX-512 tables (measured on Zen
- * 4; on Intel its e4m3 subnormals become float subnormals, which some
- * cores multiply slowly: not measured). test_kernels switches it off to
- * test the column order on every shape. */
+/* FP8 in byte-lane order in the AVX2 and AVX-512 tables on AMD, column
+ * order elsewhere. The byte-lane decode leaves e4m3 subnormals as float
+ * subnormals, and an Intel core multiplies a vector holding one through a
+ * microcode assist: on a Xeon with AMX, a 7168-column matvec over codes one
+ * in sixteen subnormal ran at 0.4 GB/s a core in byte-lane order against
+ * 9.2 in column order. Over codes spread as trained ones are (~1e-4
+ * subnormal, ms_synth_e4m3) column order is still the faster there: matvec
+ * 9.3 against 8.3 GB/s, n = 8 3.1 against 2.5, and the 4-layer DeepSeek-V3
+ * prefills 31% faster at the same decode speed (docs/perf.md, "FP8 on
+ * Intel"). Zen 4 multiplies subnormals at full speed and runs byte-lane
+ * order faster than column order (16.6 against 11.5 GB/s a core). */
 int ms_fp8_lanes = 1;
 
 /* AMD family 19h with AVX-512 is Zen 4 (Zen 3, the same family, has
@@ -65,8 +72,10 @@ static int amd_family(void)
 static void choose(void)
 {
     __builtin_cpu_init();
-    if (!__builtin_cpu_is("amd"))
+    if (!__builtin_cpu_is("amd")) {
         ms_prefetch_bytes.near = 2048;
+        ms_fp8_lanes = 0;
+    }
     else if (amd_family() == 0x19)
         ms_prefetch_bytes.near = 0;
     /* not the AMX table (x86_amx.c): it doubles prefill but slowed decode
@@ -125,6 +134,18 @@ void ms_kernels_set_prefetch(ms_prefetch p)
 {
     pthread_once(&choose_once, choose);
     ms_prefetch_bytes = p;
+}
+
+int ms_kernels_fp8_lanes(void)
+{
+    pthread_once(&choose_once, choose);
+    return ms_fp8_lanes;
+}
+
+void ms_kernels_set_fp8_lanes(int on)
+{
+    pthread_once(&choose_once, choose);
+    ms_fp8_lanes = on;
 }
 
 const char *ms_kernel_path(void)

@@ -17,8 +17,8 @@
 extern ms_prefetch ms_prefetch_bytes;
 
 /* Whether the AVX2 and AVX-512 tables run FP8 in byte-lane order (whose
- * decode leaves e4m3 subnormals as float subnormals) or in column order
- * (dispatch.c). */
+ * decode leaves e4m3 subnormals as float subnormals) or in column order:
+ * chosen per CPU vendor (dispatch.c, ms_kernels_set_fp8_lanes). */
 extern int ms_fp8_lanes;
 
 /* rows over X token by token's choice: runs of tokens for which

@@ -179,6 +179,13 @@ typedef struct ms_prefetch {
 ms_prefetch ms_kernels_prefetch(void);
 void ms_kernels_set_prefetch(ms_prefetch p); /* before any product runs */
 
+/* Whether the exact AVX2 and AVX-512 tables run FP8 in byte-lane order
+ * (1) or in column order (0): chosen per CPU vendor (dispatch.c), settable
+ * for tests and A/B benchmarks before any product runs. The two orders sum
+ * in different orders, so they differ in the last bits; a run uses one. */
+int ms_kernels_fp8_lanes(void);
+void ms_kernels_set_fp8_lanes(int on);
+
 /* Multithreaded drivers over the active op table (row chunks spread over
  * the thread pool, base/pool.h; one dispatch per call).
  * y[rows] = W x ;  Y[n][rows] = X[n][cols] W^T (row strides = cols, rows). */

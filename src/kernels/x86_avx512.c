@@ -397,7 +397,9 @@ AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
  * where, masked, it is a float equal to value * 2^-120, subnormals
  * included: five shifts and four ANDs per 64 weights, none of them a
  * shuffle or a conversion (the column order's vpmovsxbw and two vcvtph2ps
- * per 32 weights ran Zen 4 at a third of its bandwidth).
+ * per 32 weights ran Zen 4 at a third of its bandwidth). Intel cores take
+ * a microcode assist for each product with a subnormal factor, so there
+ * the column order runs instead (ms_fp8_lanes, dispatch.c).
  *
  * Products of two such factors would underflow, so x is scaled by 2^112
  * when it is transposed, which leaves each product w * x * 2^-8 as the

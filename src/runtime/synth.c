@@ -1,7 +1,8 @@
 /* moestream synth: random-weight checkpoints in a release's layout.
  *
  * Values are random but sane for the kernels: norms are 1, float weights
- * have magnitudes around 1e-2, FP8 codes avoid the NaN code, MXFP4 scales
+ * have magnitudes around 1e-2, FP8 codes are spread as trained ones are
+ * (ms_synth_e4m3: no NaN, few subnormals), MXFP4 scales
  * stay near 2^-7. The routing of such a model is close to uniform, which is
  * the pessimistic case for an expert cache. */
 #include "runtime/synth.h"
@@ -9,6 +10,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,6 +21,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/rng.h"
+#include "format/dtype.h"
 #include "models/family.h"
 
 #define DEFAULT_SHARD (4600ll << 20)
@@ -34,6 +38,27 @@ static int ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* The codes of ms_synth_e4m3 by u: a logistic quantile (tails a little
+ * heavier than a Gaussian's, as trained weights have), scaled so that the
+ * outermost of the 65536 reaches 448. */
+static uint8_t e4m3_table[1 << 16];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_build(void)
+{
+    double top = log(65535.5 / 0.5);
+    for (int u = 0; u < 1 << 16; u++) {
+        double p = (u + 0.5) / 65536.0;
+        e4m3_table[u] = ms_f32_to_e4m3((float)(448.0 * log(p / (1.0 - p)) / top));
+    }
+}
+
+uint8_t ms_synth_e4m3(uint16_t u)
+{
+    pthread_once(&e4m3_once, e4m3_build);
+    return e4m3_table[u];
 }
 
 /* Fills n bytes of tensor t's data starting at element offset (bytes `at`). */
@@ -65,12 +90,10 @@ static void fill(const ms_tensor_spec *t, ms_rng *r, uint8_t *buf, size_t n)
         }
         break;
     case MS_DTYPE_F8_E4M3:
-        for (; i + 8 <= n; i += 8) {
+        for (; i + 4 <= n; i += 4) {
             uint64_t x = ms_rng_next(r);
-            for (int k = 0; k < 8; k++) {
-                uint8_t v = (uint8_t)(x >> (8 * k));
-                buf[i + (size_t)k] = (v & 0x7F) == 0x7F ? v ^ 1 : v; /* never NaN */
-            }
+            for (int k = 0; k < 4; k++)
+                buf[i + (size_t)k] = ms_synth_e4m3((uint16_t)(x >> (16 * k)));
         }
         break;
     case MS_DTYPE_U8:

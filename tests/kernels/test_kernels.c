@@ -479,6 +479,12 @@ static void case_threads(void)
 /* FP8 tokens whose activations do not fit the byte-lane order's scaling
  * (|x| >= 2^16) among tokens that do: accuracy, batch == matvecs and row
  * splits, in wide rows (panel-major) and narrow ones (whole rows). */
+/* The tables with two FP8 orders (ms_kernels_set_fp8_lanes). */
+static int fp8_two_orders(const ms_kernel_ops *ops)
+{
+    return ops == ms_kernels_avx512() || ops == ms_kernels_avx2();
+}
+
 static void case_fp8_big_x(void)
 {
     spec s[2] = {{MS_WFMT_FP8_BLOCK, 7, 1000, MS_DTYPE_BF16, 128, 128, 1, 1},
@@ -661,6 +667,9 @@ int main(void)
         else
             printf("SKIP kernels_%s: this CPU lacks its instructions\n", names[i]);
     }
+    int chosen_lanes = ms_kernels_fp8_lanes();
+    printf("FP8 on this CPU: %s order (the other is tested as format_fp8_*)\n",
+           chosen_lanes ? "byte-lane" : "column");
     for (int i = 0; i < n_tables; i++) {
         cur_ops = tables[i];
         for (int f = 0; f < MS_WFMT_COUNT; f++) {
@@ -669,17 +678,21 @@ int main(void)
             run_named("threads", case_threads);
             if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4)
                 run_named("wide_rows", case_wide_rows);
-            /* the AVX2 and AVX-512 tables' FP8 column order, which the
-             * byte-lane order falls back to per token, on every shape */
-            if (cur_fmt == MS_WFMT_FP8_BLOCK &&
-                (cur_ops == ms_kernels_avx512() || cur_ops == ms_kernels_avx2())) {
-                ms_fp8_lanes = 0;
-                run_named("format_column_order", case_format);
-                ms_fp8_lanes = 1;
+            /* the AVX2 and AVX-512 tables' FP8 in the order this CPU
+             * does not choose (column order, which byte-lane order also
+             * falls back to per token, or byte-lane order), on every shape */
+            if (cur_fmt == MS_WFMT_FP8_BLOCK && fp8_two_orders(cur_ops)) {
+                ms_kernels_set_fp8_lanes(!chosen_lanes);
+                run_named(chosen_lanes ? "format_fp8_column_order" : "format_fp8_byte_lanes",
+                          case_format);
+                ms_kernels_set_fp8_lanes(chosen_lanes);
             }
         }
+        /* byte-lane order's fallback for tokens with a large x */
         cur_fmt = MS_WFMT_FP8_BLOCK;
+        ms_kernels_set_fp8_lanes(1);
         run_named("fp8_big_x", case_fp8_big_x);
+        ms_kernels_set_fp8_lanes(chosen_lanes);
         run_named("mxfp4_extremes", case_mxfp4_extremes);
         run_named("layout", case_layout);
         run_named("dot_axpy", case_dot_axpy);
