@@ -21,7 +21,7 @@
  * best, so it is timed once over a sixteenth of the rows.
  *
  * Usage: build/bench/kernels [MiB of weights per matrix, default 512]
- *        [--prefetch NEAR,FAR,LANES] (bytes ahead, for sweeps: ms_prefetch)
+ *        [--prefetch NEAR,FAR,LANES[,ROWS]] (bytes ahead, for sweeps: ms_prefetch)
  *        [--cols N] (row length, default 4096; a multiple of 64) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,10 +228,12 @@ int main(int argc, char **argv)
 {
     size_t mib = 512;
     for (int i = 1; i < argc; i++) {
-        ms_prefetch pf;
-        if (!strcmp(argv[i], "--prefetch") && i + 1 < argc &&
-            sscanf(argv[i + 1], "%d,%d,%d", &pf.near, &pf.far, &pf.lanes) == 3 &&
-            pf.near >= 0 && pf.far >= 0 && pf.lanes >= 0) {
+        ms_prefetch pf = ms_kernels_prefetch();
+        int got = i + 1 < argc ? sscanf(argv[i + 1], "%d,%d,%d,%d", &pf.near, &pf.far,
+                                        &pf.lanes, &pf.rows)
+                               : 0;
+        if (!strcmp(argv[i], "--prefetch") && got >= 3 && pf.near >= 0 && pf.far >= 0 &&
+            pf.lanes >= 0 && pf.rows >= 0) {
             ms_kernels_set_prefetch(pf);
             i++;
         } else if (!strcmp(argv[i], "--cols") && i + 1 < argc && atol(argv[i + 1]) >= 128 &&
@@ -240,7 +242,7 @@ int main(int argc, char **argv)
         } else if (atol(argv[i]) > 0) {
             mib = (size_t)atol(argv[i]);
         } else {
-            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES] [--cols N]\n");
+            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES[,ROWS]] [--cols N]\n");
             return 2;
         }
     }
@@ -291,7 +293,7 @@ int main(int argc, char **argv)
            "best of %d interleaved rounds\n", mib, (long long)COLS, ROUNDS);
     ms_prefetch pf = ms_kernels_prefetch();
     printf("prefetch (exact AVX-512 table): %d bytes ahead (matvec), %d (FP8, batched), %d "
-           "(MXFP4)\n", pf.near, pf.far, pf.lanes);
+           "(MXFP4), %d (whole rows, into L2)\n", pf.near, pf.far, pf.lanes, pf.rows);
     printf("FP8 (AVX2, AVX-512): %s order on this CPU; the other order on the line below\n\n",
            fp8_chosen ? "byte-lane" : "column");
     print_table(tables, mats, best, rd);

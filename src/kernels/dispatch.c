@@ -42,8 +42,17 @@ static _Atomic(const ms_kernel_ops *) active;
  * core (AVX-512 on 256-bit units) reads a BF16 matvec fastest with no
  * software prefetch at all: gpt-oss-20b's lm_head from the page cache at
  * 13-18 GB/s on one thread against 9-11 with 8 KiB (docs/perf.md, "Zen
- * 4"); FP8 and the batched products keep 8 KiB, MXFP4 does not care. */
-ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048};
+ * 4"); FP8 and the batched products keep 8 KiB, MXFP4 does not care.
+ *
+ * Whole rows of the lane-order loop (x86_lanes.h) also ask for their bytes
+ * 24 KiB ahead into L2 on AMD: the page cache's 4 KiB pages stop the
+ * hardware prefetcher, and Zen 4 (two threads, from a file mapping, 8
+ * alternations) gained BF16 2880 columns 29.7 -> 31.1 GB/s (median), 4096
+ * 27.4 -> 30.4, FP8 2048 31 -> 38, one thread BF16 2880 17.6 -> 23. The
+ * Intel Xeon with AMX lost by it: Qwen3-30B-A3B (12 layers, BF16) decoded
+ * at 86.7 ms/token on two threads with it, 75.4 without (1.26 -> 1.09x
+ * the floor; one thread 160.4 -> 142.0), so there it is 0. */
+ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048, 24 << 10};
 
 /* FP8 in byte-lane order in the AVX2 and AVX-512 tables on AMD, column
  * order elsewhere. The byte-lane decode leaves e4m3 subnormals as float
@@ -74,6 +83,7 @@ static void choose(void)
     __builtin_cpu_init();
     if (!__builtin_cpu_is("amd")) {
         ms_prefetch_bytes.near = 2048;
+        ms_prefetch_bytes.rows = 0;
         ms_fp8_lanes = 0;
     }
     else if (amd_family() == 0x19)

@@ -169,12 +169,13 @@ const ms_kernel_ops *ms_kernels_for(int precision);
 /* How far ahead of the weights being read the exact AVX-512 table
  * prefetches, in bytes: `near` for a matvec of F32, BF16 or F16 (little
  * work per byte), `far` for FP8 and for every batched product of those
- * (column order, x86_rows.h), `lanes` for MXFP4's lane-order loop. The best
- * distances are the CPU's: chosen once per CPU vendor (docs/perf.md,
- * "Prefetch distance per CPU"), settable for sweeps (bench/kernels
- * --prefetch). No result depends on them. */
+ * (column order, x86_rows.h), `lanes` for MXFP4's lane-order loop, `rows`
+ * for the whole rows of the lane-order loop (x86_lanes.h; into L2, 0 for
+ * none). The best distances are the CPU's: chosen once per CPU vendor
+ * (docs/perf.md, "Prefetch distance per CPU"), settable for sweeps
+ * (bench/kernels --prefetch). No result depends on them. */
 typedef struct ms_prefetch {
-    int near, far, lanes;
+    int near, far, lanes, rows;
 } ms_prefetch;
 ms_prefetch ms_kernels_prefetch(void);
 void ms_kernels_set_prefetch(ms_prefetch p); /* before any product runs */

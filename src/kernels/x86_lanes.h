@@ -33,14 +33,11 @@ typedef void (*ln_rows_fn)(const ms_mat *, int64_t, int64_t, const LN_XT *const 
 enum { LN_X_L1 = 16 << 10 };
 
 /* Whole rows are one stream, but the weights come from the page cache in
- * 4 KiB pages, at whose boundaries the hardware prefetcher stops: each row
- * panel also asks for its bytes about 24 KiB ahead (whole rows), into L2.
- * Zen 4, two threads, from a file mapping, 8 alternations: BF16 2880
- * columns 29.7 -> 31.1 GB/s (median), 4096 27.4 -> 30.4; FP8 2048 31 -> 38;
- * one thread BF16 2880 17.6 -> 23. Nearer (8-12 KiB) gained nothing or lost.
- * Not for MXFP4, whose matvec is compute-bound on that core: the extra
- * instructions cost it 5-8% on one thread (bench/kernels, every table). */
-enum { LN_AHEAD_BYTES = 24 << 10 };
+ * 4 KiB pages, at whose boundaries the hardware prefetcher stops: on AMD
+ * each row panel also asks for its bytes ms_prefetch_bytes.rows (24 KiB,
+ * whole rows) ahead, into L2 (dispatch.c). Not for MXFP4, whose matvec is
+ * compute-bound on Zen 4: the extra instructions cost it 5-8% on one
+ * thread (bench/kernels, every table). */
 
 /* Panel-major rows are not one stream, so the hardware prefetcher does not
  * follow them: each row panel asks for its bytes one row block ahead, into
@@ -131,7 +128,7 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
         for (int t = 0; t < n; t++)
             xp[t] = xbuf + t * whole;
         int64_t row = ms_col_bytes(f, w->cols);
-        int64_t ahead = f == MS_WFMT_MXFP4 ? 0 : ms_ceil_div(LN_AHEAD_BYTES, row) * row;
+        int64_t ahead = f == MS_WFMT_MXFP4 ? 0 : ms_ceil_div(ms_prefetch_bytes.rows, row) * row;
         fns[n - 1](w, r0, r1, xp, 0, w->cols, ahead, Y, ldy);
         return;
     }
