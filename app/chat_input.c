@@ -245,32 +245,6 @@ char *chat_input_read(chat_input *in, int *cancelled)
     }
 }
 
-/* $XDG_STATE_HOME/moestream/chat_history (~/.local/state by default),
- * its folders made; "" when there is no home. */
-static void history_path(char *path, size_t cap)
-{
-    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-    char dir[900];
-    if (xdg && *xdg)
-        snprintf(dir, sizeof dir, "%s", xdg);
-    else if (home && *home)
-        snprintf(dir, sizeof dir, "%s/.local/state", home);
-    else {
-        path[0] = 0;
-        return;
-    }
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(dir, 0700);
-            *p = '/';
-        }
-    mkdir(dir, 0700);
-    snprintf(path, cap, "%s/moestream", dir);
-    mkdir(path, 0700);
-    snprintf(path, cap, "%s/moestream/chat_history", dir);
-}
-
 chat_input *chat_input_open(volatile sig_atomic_t *interrupted)
 {
     chat_input *in = calloc(1, sizeof *in);
@@ -288,7 +262,7 @@ chat_input *chat_input_open(volatile sig_atomic_t *interrupted)
     }
     history(in->hist, &ev, H_SETSIZE, 1000);
     history(in->hist, &ev, H_SETUNIQUE, 1);
-    history_path(in->hist_path, sizeof in->hist_path);
+    cli_state_path(NULL, "chat_history", in->hist_path, sizeof in->hist_path);
     if (in->hist_path[0])
         history(in->hist, &ev, H_LOAD, in->hist_path); /* absent the first time */
     el_set(in->el, EL_CLIENTDATA, in);

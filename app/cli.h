@@ -58,6 +58,9 @@ int cli_chat_prompt_json(const ms_engine *eng, const char *request_json, int thi
 int cli_open(const cli_args *a, ms_engine **eng, ms_session **s, ms_error *err);
 /* The engine's options as the flags say. */
 ms_engine_opts cli_engine_opts(const cli_args *a);
+/* $XDG_STATE_HOME/moestream[/dir]/name (~/.local/state by default), the
+ * folders made; "" when there is no home. */
+void cli_state_path(const char *dir, const char *name, char *path, size_t cap);
 /* The checkpoint's sampling defaults overridden by the flags given. */
 void cli_sampling(const cli_args *a, const ms_engine *eng, ms_sampling *sp);
 /* What an opt-in precision does to the products, for --stats and bench ("" when exact). */

@@ -212,6 +212,11 @@ static const cli_opt opts[] = {
      "decode: also prefetch N experts predicted two layers ahead"},
     {"--no-prefetch", NULL, T_FLAG, G_MODEL, ENG, AT(no_prefetch), NULL, 0, 0, NULL, 0, NULL,
      "do not prefetch the next layer's experts"},
+    {"--expert-usage", NULL, T_STR, G_MODEL, ENG & ~B(CMD_PLAN), AT(expert_usage), "FILE", 0, 0,
+     NULL, 0, NULL,
+     "per-expert use counts kept across runs when experts stream (seed the cache at start); "
+     "none: off (default: $XDG_STATE_HOME/moestream/expert-usage/MODEL for run, chat and serve; "
+     "none for bench and logits)"},
     {"--buffered", NULL, T_FLAG, G_MODEL, ENG, AT(buffered), NULL, 0, 0, NULL, 0, NULL,
      "never read experts with O_DIRECT"},
     {"--no-reuse", NULL, T_FLAG, G_MODEL, B(CMD_CHAT) | B(CMD_SERVE), AT(no_reuse), NULL, 0, 0,

@@ -36,7 +36,7 @@ typedef struct cli_args {
     /* input */
     const char *prompt_text, *prompt_file, *prompt_ids, *request, *messages, *tools;
     /* output */
-    const char *out, *dump, *trace, *svg;
+    const char *out, *dump, *trace, *svg, *expert_usage;
     int ids, stats, progress, raw, hide_reasoning, dry_run, no_config;
     /* template */
     const char *system, *effort, *chat_template, *json_schema, *bos_token, *eos_token, *date,

@@ -1,12 +1,61 @@
 /* What the options of the commands that open an engine mean: the engine's
  * and the session's options, the sampling, the statistics printed. */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "pipeline.h"
+
+void cli_state_path(const char *dir, const char *name, char *path, size_t cap)
+{
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    char d[900];
+    if (xdg && *xdg)
+        snprintf(d, sizeof d, "%s/moestream%s%s", xdg, dir ? "/" : "", dir ? dir : "");
+    else if (home && *home)
+        snprintf(d, sizeof d, "%s/.local/state/moestream%s%s", home, dir ? "/" : "",
+                 dir ? dir : "");
+    else {
+        path[0] = 0;
+        return;
+    }
+    for (char *p = d + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(d, 0700);
+            *p = '/';
+        }
+    mkdir(d, 0700);
+    snprintf(path, cap, "%s/%s", d, name);
+}
+
+/* The expert usage file: --expert-usage, "none" for none; by default one
+ * per model folder (its name and a hash of its real path) for the commands
+ * that generate, none for the measuring ones (bench, logits), whose runs
+ * should not depend on the ones before. */
+static const char *expert_usage(const cli_args *a)
+{
+    static char path[1200];
+    if (a->expert_usage)
+        return strcmp(a->expert_usage, "none") ? a->expert_usage : NULL;
+    if (a->cmd != CMD_RUN && a->cmd != CMD_CHAT && a->cmd != CMD_SERVE)
+        return NULL;
+    char real[PATH_MAX];
+    if (!a->model || !realpath(a->model, real))
+        return NULL;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = real; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    const char *base = strrchr(real, '/');
+    char name[300];
+    snprintf(name, sizeof name, "%.255s-%08" PRIx32, base && base[1] ? base + 1 : "model", h);
+    cli_state_path("expert-usage", name, path, sizeof path);
+    return path[0] ? path : NULL;
+}
 
 ms_engine_opts cli_engine_opts(const cli_args *a)
 {
@@ -16,6 +65,7 @@ ms_engine_opts cli_engine_opts(const cli_args *a)
                             .span = (int)a->span, .prefetch_early = (int)a->early,
                             .io_threads = (int)a->io_threads, .no_prefetch = a->no_prefetch,
                             .buffered = a->buffered, .trace_path = a->trace,
+                            .expert_usage_file = expert_usage(a),
                             .precision = a->precision, .chat_template_file = a->chat_template,
                             .kv_format = a->kv, .log = cli_log,
                             .progress = a->progress < 0 ? NULL : cli_progress(a->progress)};

@@ -88,6 +88,12 @@ typedef struct ms_engine_opts {
                           * the residual before a layer's MoE, read while it computes */
     int buffered;        /* never use O_DIRECT for expert reads */
     const char *trace_path; /* write the expert routing trace here */
+    /* Per-expert routing counts kept across runs (engine-cache placement
+     * only): read at open to seed eviction and to read the experts used far
+     * above their layer's average into the cache before the first prompt,
+     * written back at close. A file of another model is refused with a
+     * notice and rewritten. NULL: none (each run starts from nothing). */
+    const char *expert_usage_file;
     int precision;       /* enum ms_precision (process-wide, like n_threads) */
     const char *chat_template_file; /* a Jinja file used instead of the folder's template */
     /* A pipeline stage (see "Pipeline stages" below): the engine binds and

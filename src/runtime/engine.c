@@ -297,6 +297,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
         eo.budget = p.budget;
         eo.slots = o->cache_slots;
         eo.read_depth = o->reads;
+        eo.usage_file = o->expert_usage_file;
         pin_dense(eng);
     }
     if (ms_expert_store_start(m->experts, eng->ck, &eo, err))

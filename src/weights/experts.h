@@ -61,6 +61,9 @@ typedef struct ms_expert_opts {
     int buffered;           /* cache: 1 = never try O_DIRECT */
     ms_io *io;              /* tests: use this backend (the store takes ownership) */
     ms_logger log;          /* notices (a fallback taken); none when fn is NULL */
+    const char *usage_file; /* cache: routing counts read at start (seeding eviction and
+                             * the cache with the hot experts) and written at close;
+                             * NULL = none (usage_file.h) */
 } ms_expert_opts;
 
 typedef struct ms_expert_stats {

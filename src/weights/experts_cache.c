@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "weights/evict.h"
+#include "weights/usage_file.h"
 
 enum { SLOT_EMPTY = 0, SLOT_LOADING, SLOT_READY, SLOT_FAILED };
 
@@ -21,6 +22,7 @@ typedef struct slot {
     int32_t layer, expert;          /* key; -1 when empty */
     int state, refs, pending;
     int prefetched;                 /* brought by prefetch for its layer's next visit, unused */
+    int warmed;                     /* read at start for its past use (usage file), unused */
     int by_prefetch;                /* the current load was started by prefetch */
     uint64_t batch_gen;             /* == gen: the current batch needs it */
     uint64_t last_use;
@@ -50,6 +52,7 @@ typedef struct cache {
     ms_usage usage;                 /* routing statistics for eviction */
     batch_entry *b;                 /* [n_experts]: the current batch, by position */
     int registered;                 /* slots are the backend's fixed buffers */
+    char *usage_path;               /* the usage file written at close, or NULL */
 } cache;
 
 static int32_t *slot_ref(ms_expert_store *st, int layer, int e)
@@ -91,12 +94,12 @@ static void evict(ms_expert_store *st, int i)
     slot *s = &c->slots[i];
     if (s->layer >= 0) {
         *slot_ref(st, s->layer, s->expert) = -1;
-        if (s->prefetched) /* evicted before its layer came */
+        if (s->prefetched || s->warmed) /* evicted before anyone asked for it */
             st->st.prefetch_wasted_bytes += (int64_t)ms_expert_bytes(st, s->layer, s->expert);
     }
     s->layer = s->expert = -1;
     s->state = SLOT_EMPTY;
-    s->prefetched = 0;
+    s->prefetched = s->warmed = 0;
 }
 
 /* Points a slot's views at the bytes of expert (layer, e) in its buffer. */
@@ -298,9 +301,9 @@ static int cache_begin(ms_expert_store *st, ms_err *err)
         c->b[i].slot = k;
         c->b[i].state = 1;
         s->batch_gen = c->gen;
-        if (s->prefetched) {
+        if (s->prefetched || s->warmed) { /* a read was issued for it before it was asked */
             st->st.prefetch_hits++;
-            s->prefetched = 0;
+            s->prefetched = s->warmed = 0;
         } else {
             st->st.hits++;
         }
@@ -379,11 +382,23 @@ static void cache_prefetch(ms_expert_store *st, int layer, const int32_t *ids, i
     }
 }
 
+/* Writes the routing counts for the next start, when this run saw any. */
+static void save_usage(ms_expert_store *st)
+{
+    cache *c = st->impl;
+    ms_err e = {0};
+    if (c->usage_path && c->usage.batches &&
+        ms_usage_save(&c->usage, c->usage_path, ms_expert_total_bytes(st), &e))
+        ms_logf(&st->log, "%s; the next start learns the expert usage again", e.msg);
+}
+
 static void cache_close(ms_expert_store *st)
 {
     cache *c = st->impl;
     if (!c)
         return;
+    save_usage(st);
+    free(c->usage_path);
     ms_io_close(c->io); /* drains reads still writing into slots */
     if (c->arena)
         munmap(c->arena, (size_t)st->n_slots * st->slot_bytes);
@@ -479,6 +494,105 @@ static void register_slots(ms_expert_store *st)
     free(lens);
 }
 
+/* The usage file's hot experts, read into the cache before anyone asks:
+ * those a layer's visits picked at least WARM_RATIO times as often as its
+ * average expert, over at least WARM_VISITS visits, most used first, into
+ * at most half of the slots (the rest stays for what the prompt asks). A
+ * router that spreads its picks evenly has none: nothing is read. */
+enum { WARM_RATIO = 2, WARM_VISITS = 32 };
+
+typedef struct hot {
+    double share;
+    int32_t layer, expert;
+} hot;
+
+static int hotter(const void *a, const void *b)
+{
+    const hot *x = a, *y = b;
+    if (x->share != y->share)
+        return x->share < y->share ? 1 : -1;
+    return x->layer != y->layer ? x->layer - y->layer : x->expert - y->expert;
+}
+
+static void warm(ms_expert_store *st, const char *path)
+{
+    cache *c = st->impl;
+    const ms_usage *u = &c->usage;
+    hot *h = malloc(sizeof *h * (size_t)st->n_layers * (size_t)st->n_experts);
+    if (!h)
+        return;
+    int n = 0;
+    for (int l = 0; l < st->n_layers; l++) {
+        const uint32_t *cnt = u->uses + (size_t)l * (size_t)st->n_experts;
+        uint64_t sum = 0;
+        for (int e = 0; e < st->n_experts; e++)
+            sum += cnt[e];
+        if (u->visits[l] < WARM_VISITS || !sum)
+            continue;
+        double avg = (double)sum / st->n_experts;
+        for (int e = 0; e < st->n_experts; e++)
+            if (cnt[e] >= WARM_RATIO * avg)
+                h[n++] = (hot){(double)cnt[e] / u->visits[l], l, e};
+    }
+    qsort(h, (size_t)n, sizeof *h, hotter);
+    int loaded = 0;
+    uint64_t bytes = 0;
+    for (int i = 0; i < n && loaded < st->n_slots / 2; i++) {
+        int v = victim(st, h[i].layer);
+        if (v < 0 || load(st, v, h[i].layer, h[i].expert, 1, NULL))
+            break;
+        c->slots[v].warmed = 1;
+        st->st.prefetch_issued++;
+        bytes += ms_expert_bytes(st, h[i].layer, h[i].expert);
+        loaded++;
+    }
+    free(h);
+    ms_logf(&st->log, "expert usage from %s: %d of %d experts used at least %dx their layer's "
+            "average, %d (%.1f MB) read into the cache ahead", path, n,
+            st->n_layers * st->n_experts, WARM_RATIO, loaded, (double)bytes / 1e6);
+}
+
+/* The past runs' counts enter eviction as a prior worth PRIOR_VISITS
+ * visits of each layer: the current workload outweighs them within a few
+ * tokens. At full weight they cost the synthetic gpt-oss-20b under 6 GB
+ * 2-7% more bytes per token on a prompt other than the one they were
+ * learned on; at 8 visits' weight 3% fewer (skewed router) or the same
+ * (uniform) (docs/perf.md, "Learned placement"). */
+enum { PRIOR_VISITS = 8 };
+
+static void usage_as_prior(ms_usage *u)
+{
+    u->requests = u->batches = 0;
+    for (int l = 0; l < u->n_layers; l++) {
+        uint32_t v = u->visits[l], *cnt = u->uses + (size_t)l * (size_t)u->n_experts;
+        if (v > PRIOR_VISITS) {
+            for (int e = 0; e < u->n_experts; e++)
+                cnt[e] = (uint32_t)(((uint64_t)cnt[e] * PRIOR_VISITS + v / 2) / v);
+            u->visits[l] = v = PRIOR_VISITS;
+        }
+        for (int e = 0; e < u->n_experts; e++)
+            u->requests += cnt[e];
+        u->batches += v;
+    }
+}
+
+/* Reads the usage file's hot experts and seeds the eviction counts with
+ * it; a file that cannot be used is said and left to be rewritten at
+ * close. */
+static void start_usage(ms_expert_store *st, const char *path)
+{
+    cache *c = st->impl;
+    c->usage_path = strdup(path);
+    ms_err e = {0};
+    int got = ms_usage_load(&c->usage, path, ms_expert_total_bytes(st), &e);
+    if (got < 0)
+        ms_logf(&st->log, "%s; starting without it (it is rewritten at close)", e.msg);
+    else if (got > 0) {
+        warm(st, path);
+        usage_as_prior(&c->usage);
+    }
+}
+
 int ms_expert_cache_start(ms_expert_store *st, const ms_expert_opts *o, ms_err *err)
 {
     uint64_t slot_bytes = ms_expert_slot_size(st);
@@ -519,6 +633,8 @@ int ms_expert_cache_start(ms_expert_store *st, const ms_expert_opts *o, ms_err *
         c->slots[i].buf = c->arena + (size_t)i * st->slot_bytes;
     }
     register_slots(st);
+    if (o->usage_file && *o->usage_file)
+        start_usage(st, o->usage_file);
     int direct = 0;
     for (int f = 0; f < st->ck->n_files; f++)
         direct += c->direct[f];

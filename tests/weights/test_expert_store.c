@@ -345,6 +345,127 @@ static void test_accounting_pagecache(void)
     unload(&l);
 }
 
+/* ---- the learned placement (usage_file.h) ---- */
+
+typedef struct notices {
+    char last[1024];
+    int n;
+} notices;
+
+static void keep_notice(void *user, const char *line)
+{
+    notices *nt = user;
+    snprintf(nt->last, sizeof nt->last, "%s", line);
+    nt->n++;
+}
+
+/* A usage file of this process in the suite's temporary folder. */
+static void usage_path(char *path, size_t cap, const char *name)
+{
+    const char *dir = getenv("MS_TMP");
+    snprintf(path, cap, "%s/%s-%d.txt", dir ? dir : "/tmp", name, (int)getpid());
+}
+
+/* An 8-slot engine cache with that usage file, its notices kept in nt. */
+static ms_expert_opts usage_opts(const char *path, notices *nt)
+{
+    return (ms_expert_opts){.policy = MS_EXPERTS_CACHE, .slots = 8, .usage_file = path,
+                            .log = {keep_notice, nt}};
+}
+
+/* One run's usage survives the restart: a store that saw layer 0 ask for
+ * experts 0 and 1 at every visit (and one other, in turn) writes its
+ * counts at close; the next store, given the file, reads those two into
+ * the cache before anything is asked, and the first visit finds them as
+ * prefetch hits (a read was issued for them), not hits, nor misses. The
+ * past counts then weigh as 8 visits (PRIOR_VISITS). */
+static void test_usage_survives_restart(void)
+{
+    char path[1100];
+    usage_path(path, sizeof path, "usage");
+    unlink(path);
+    loaded l;
+    notices nt = {0};
+    ms_expert_opts o = usage_opts(path, &nt);
+    if (load_started(&l, &o))
+        return;
+    ms_err err = {0};
+    int E = l.m->n_experts;
+    CHECK(E >= 4, "the fixture has %d experts", E);
+    for (int v = 0; v < 40 && !t_case_failed; v++) {
+        int32_t ids[3] = {0, 1, 2 + v % (E - 2)};
+        CHECK(drain(l.m->experts, 0, ids, 3, &err) == 0, "%s", err.msg);
+    }
+    unload(&l); /* closes the store: the file is written */
+    FILE *f = fopen(path, "r");
+    char head[256] = "";
+    CHECK(f && fgets(head, sizeof head, f), "%s not written", path);
+    if (f)
+        fclose(f);
+    CHECK_STR_CONTAINS(head, "moestream expert usage 1 layers ");
+    if (t_case_failed || load_started(&l, &o))
+        return;
+    ms_expert_stats s;
+    ms_expert_store_stats(l.m->experts, &s);
+    CHECK(s.prefetch_issued == 2, "%lld experts read at start, want 2 (experts 0 and 1 of "
+          "layer 0): %s", (long long)s.prefetch_issued, nt.last);
+    CHECK_STR_CONTAINS(nt.last, "2 (");
+    int32_t hot[2] = {0, 1};
+    CHECK(drain(l.m->experts, 0, hot, 2, &err) == 0, "%s", err.msg);
+    ms_expert_store_stats(l.m->experts, &s);
+    CHECK(s.prefetch_hits == 2 && s.hits == 0 && s.misses == 0,
+          "first visit after the restart: %lld prefetch hits, %lld hits, %lld misses",
+          (long long)s.prefetch_hits, (long long)s.hits, (long long)s.misses);
+    unload(&l);
+    /* the 40 past visits came back as a prior worth 8, then this run's one */
+    unsigned v0 = 0;
+    f = fopen(path, "r");
+    CHECK(f && fgets(head, sizeof head, f) && fscanf(f, "visits %u", &v0) == 1 && v0 == 9,
+          "layer 0 visits after the restart %u, want 8 + 1", v0);
+    if (f)
+        fclose(f);
+    unlink(path);
+}
+
+/* A usage file that does not fit is said (file, line, what was expected)
+ * and the store starts as without one; nothing is read ahead. */
+static void check_usage_refused(const char *text, const char *want)
+{
+    char path[1100];
+    usage_path(path, sizeof path, "bad-usage");
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f)
+        return;
+    fputs(text, f);
+    fclose(f);
+    loaded l;
+    notices nt = {0};
+    ms_expert_opts o = usage_opts(path, &nt);
+    if (load_started(&l, &o))
+        return;
+    ms_expert_stats s;
+    ms_expert_store_stats(l.m->experts, &s);
+    CHECK(s.prefetch_issued == 0, "%lld read ahead from a refused file",
+          (long long)s.prefetch_issued);
+    CHECK(nt.n == 1, "%d notices", nt.n);
+    CHECK_STR_CONTAINS(nt.last, path);
+    CHECK_STR_CONTAINS(nt.last, want);
+    unload(&l);
+    unlink(path);
+}
+
+static void test_usage_other_model_refused(void)
+{
+    check_usage_refused("moestream expert usage 1 layers 3 experts 7 bytes 12345\n", "written for 3 "
+                        "layers x 7 experts");
+}
+
+static void test_usage_malformed_refused(void)
+{
+    check_usage_refused("not a usage file\n", ":1: expected");
+}
+
 int main(void)
 {
     snprintf(fixture, sizeof fixture, "%s/gpt_oss", t_fixtures_dir());
@@ -361,5 +482,8 @@ int main(void)
     TEST_CASE(test_prefetch_respects_leases);
     TEST_CASE(test_accounting);
     TEST_CASE(test_accounting_pagecache);
+    TEST_CASE(test_usage_survives_restart);
+    TEST_CASE(test_usage_other_model_refused);
+    TEST_CASE(test_usage_malformed_refused);
     return t_finish();
 }

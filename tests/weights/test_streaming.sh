@@ -3,7 +3,8 @@
 # page-cache policy and the engine cache (down to a budget of top-k experts,
 # forcing eviction), across I/O backends and thread counts, compute thread
 # counts, prefetch on/off, buffered vs O_DIRECT reads, and prompt blocking.
-# Also: synth writes a loadable checkpoint, replay reports the optimum.
+# Also: synth writes a loadable checkpoint, replay reports the optimum, the
+# per-expert usage is kept across runs (and changes no token).
 # Prints "PASS name" / "FAIL name: why"; exits 1 when any case fails.
 set -u
 cd "$(dirname "$0")/../.."
@@ -60,6 +61,31 @@ for cfg in "gpt_oss tiny 3" "gpt_oss tiny2 4"; do
     pass ${preset}_stats_report_cache
   else
     fail ${preset}_stats_report_cache "$(cat "$W/stats")"
+  fi
+  # the learned placement: run keeps the per-expert counts under
+  # $XDG_STATE_HOME; the next run reads them (said on stderr) and answers
+  # the same tokens; --expert-usage none and bench keep nothing
+  S=$W/state-$preset
+  for i in 1 2; do
+    XDG_STATE_HOME=$S "$BIN" run "$C" --prompt-ids "$W/p.ids" -n 24 --temp 0 --ids --ignore-eos \
+      --experts cache --cache-slots $K >"$W/u$i" 2>"$W/u$i.err"
+  done
+  usage=$(ls "$S"/moestream/expert-usage/$preset-* 2>/dev/null)
+  if [ -n "$usage" ] && head -1 "$usage" | grep -q "^moestream expert usage 1 layers " &&
+     grep -q "expert usage from $usage" "$W/u2.err" && ! grep -q "expert usage from" "$W/u1.err"; then
+    pass ${preset}_expert_usage_kept
+  else
+    fail ${preset}_expert_usage_kept "file '$usage'; second run: $(tail -2 "$W/u2.err" | tr '\n' ' ')"
+  fi
+  check ${preset}_expert_usage_same_tokens cmp "$W/g1" "$W/u2"
+  S0=$W/state0-$preset
+  XDG_STATE_HOME=$S0 "$BIN" run "$C" --prompt-ids "$W/p.ids" -n 4 --experts cache --cache-slots $K \
+    --expert-usage none >/dev/null 2>&1
+  XDG_STATE_HOME=$S0 "$BIN" bench "$C" --prompt 8 -n 4 --experts cache --cache-slots $K >/dev/null 2>&1
+  if [ -z "$(ls -A "$S0/moestream/expert-usage" 2>/dev/null)" ]; then
+    pass ${preset}_expert_usage_none_and_bench_keep_nothing
+  else
+    fail ${preset}_expert_usage_none_and_bench_keep_nothing "$(ls "$S0/moestream/expert-usage")"
   fi
   # the replay's optimum is an upper bound of the other policies
   out=$("$BIN" replay "$W/$preset.trace" --slots "$K" 2>&1)
