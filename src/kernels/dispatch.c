@@ -50,8 +50,9 @@ static _Atomic(const ms_kernel_ops *) active;
  * alternations) gained BF16 2880 columns 29.7 -> 31.1 GB/s (median), 4096
  * 27.4 -> 30.4, FP8 2048 31 -> 38, one thread BF16 2880 17.6 -> 23. The
  * Intel Xeon with AMX lost by it: Qwen3-30B-A3B (12 layers, BF16) decoded
- * at 86.7 ms/token on two threads with it, 75.4 without (1.26 -> 1.09x
- * the floor; one thread 160.4 -> 142.0), so there it is 0. */
+ * on two threads at 105.3 ms/token with it, 87.0 without (interleaved;
+ * 86.7 -> 75.4 in a faster hour), gpt-oss-20b 177.4 -> 159.2, so there it
+ * is 0. */
 ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048, 24 << 10};
 
 /* FP8 in byte-lane order in the AVX2 and AVX-512 tables on AMD, column
@@ -85,9 +86,9 @@ static void choose(void)
         ms_prefetch_bytes.near = 2048;
         ms_prefetch_bytes.rows = 0;
         ms_fp8_lanes = 0;
-    }
-    else if (amd_family() == 0x19)
+    } else if (amd_family() == 0x19) {
         ms_prefetch_bytes.near = 0;
+    }
     /* not the AMX table (x86_amx.c): it doubles prefill but slowed decode
      * of Qwen3's short BF16 expert rows (docs/perf.md, "AMX") */
     chosen = ms_kernels_avx512();
