@@ -494,48 +494,16 @@ static void register_slots(ms_expert_store *st)
     free(lens);
 }
 
-/* The usage file's hot experts, read into the cache before anyone asks:
- * those a layer's visits picked at least WARM_RATIO times as often as its
- * average expert, over at least WARM_VISITS visits, most used first, into
- * at most half of the slots (the rest stays for what the prompt asks). A
- * router that spreads its picks evenly has none: nothing is read. */
-enum { WARM_RATIO = 2, WARM_VISITS = 32 };
-
-typedef struct hot {
-    double share;
-    int32_t layer, expert;
-} hot;
-
-static int hotter(const void *a, const void *b)
-{
-    const hot *x = a, *y = b;
-    if (x->share != y->share)
-        return x->share < y->share ? 1 : -1;
-    return x->layer != y->layer ? x->layer - y->layer : x->expert - y->expert;
-}
-
+/* The usage file's hot experts (ms_usage_hot), read into at most half of
+ * the slots before anyone asks (the rest stays for what the prompt asks);
+ * a router that spreads its picks evenly has none, and nothing is read. */
 static void warm(ms_expert_store *st, const char *path)
 {
     cache *c = st->impl;
-    const ms_usage *u = &c->usage;
-    hot *h = malloc(sizeof *h * (size_t)st->n_layers * (size_t)st->n_experts);
+    ms_usage_pick *h = malloc(sizeof *h * (size_t)st->n_layers * (size_t)st->n_experts);
     if (!h)
         return;
-    int n = 0;
-    for (int l = 0; l < st->n_layers; l++) {
-        const uint32_t *cnt = u->uses + (size_t)l * (size_t)st->n_experts;
-        uint64_t sum = 0;
-        for (int e = 0; e < st->n_experts; e++)
-            sum += cnt[e];
-        if (u->visits[l] < WARM_VISITS || !sum)
-            continue;
-        double avg = (double)sum / st->n_experts;
-        for (int e = 0; e < st->n_experts; e++)
-            if (cnt[e] >= WARM_RATIO * avg)
-                h[n++] = (hot){(double)cnt[e] / u->visits[l], l, e};
-    }
-    qsort(h, (size_t)n, sizeof *h, hotter);
-    int loaded = 0;
+    int n = ms_usage_hot(&c->usage, h), loaded = 0;
     uint64_t bytes = 0;
     for (int i = 0; i < n && loaded < st->n_slots / 2; i++) {
         int v = victim(st, h[i].layer);
@@ -549,31 +517,7 @@ static void warm(ms_expert_store *st, const char *path)
     free(h);
     ms_logf(&st->log, "expert usage from %s: %d of %d experts used at least %dx their layer's "
             "average, %d (%.1f MB) read into the cache ahead", path, n,
-            st->n_layers * st->n_experts, WARM_RATIO, loaded, (double)bytes / 1e6);
-}
-
-/* The past runs' counts enter eviction as a prior worth PRIOR_VISITS
- * visits of each layer: the current workload outweighs them within a few
- * tokens. At full weight they cost the synthetic gpt-oss-20b under 6 GB
- * 2-7% more bytes per token on a prompt other than the one they were
- * learned on; at 8 visits' weight 3% fewer (skewed router) or the same
- * (uniform) (docs/perf.md, "Learned placement"). */
-enum { PRIOR_VISITS = 8 };
-
-static void usage_as_prior(ms_usage *u)
-{
-    u->requests = u->batches = 0;
-    for (int l = 0; l < u->n_layers; l++) {
-        uint32_t v = u->visits[l], *cnt = u->uses + (size_t)l * (size_t)u->n_experts;
-        if (v > PRIOR_VISITS) {
-            for (int e = 0; e < u->n_experts; e++)
-                cnt[e] = (uint32_t)(((uint64_t)cnt[e] * PRIOR_VISITS + v / 2) / v);
-            u->visits[l] = v = PRIOR_VISITS;
-        }
-        for (int e = 0; e < u->n_experts; e++)
-            u->requests += cnt[e];
-        u->batches += v;
-    }
+            st->n_layers * st->n_experts, MS_USAGE_HOT_RATIO, loaded, (double)bytes / 1e6);
 }
 
 /* Reads the usage file's hot experts and seeds the eviction counts with
@@ -589,7 +533,7 @@ static void start_usage(ms_expert_store *st, const char *path)
         ms_logf(&st->log, "%s; starting without it (it is rewritten at close)", e.msg);
     else if (got > 0) {
         warm(st, path);
-        usage_as_prior(&c->usage);
+        ms_usage_as_prior(&c->usage);
     }
 }
 

@@ -1,6 +1,7 @@
 /* Per-expert routing counts kept across runs: the text format of
  * usage_file.h, read strictly (a count out of place is an error, not a
- * guess) and written whole through a temporary file. */
+ * guess) and written whole through a temporary file; and what a start makes
+ * of the counts (the hot experts, the prior). */
 #include "weights/usage_file.h"
 
 #include <errno.h>
@@ -119,4 +120,47 @@ int ms_usage_save(const ms_usage *u, const char *path, uint64_t bytes, ms_err *e
                           strerror(e));
     }
     return 0;
+}
+
+static int hotter(const void *a, const void *b)
+{
+    const ms_usage_pick *x = a, *y = b;
+    if (x->share != y->share)
+        return x->share < y->share ? 1 : -1;
+    return x->layer != y->layer ? x->layer - y->layer : x->expert - y->expert;
+}
+
+int ms_usage_hot(const ms_usage *u, ms_usage_pick *out)
+{
+    int n = 0;
+    for (int l = 0; l < u->n_layers; l++) {
+        const uint32_t *cnt = u->uses + (size_t)l * (size_t)u->n_experts;
+        uint64_t sum = 0;
+        for (int e = 0; e < u->n_experts; e++)
+            sum += cnt[e];
+        if (u->visits[l] < MS_USAGE_HOT_VISITS || !sum)
+            continue;
+        double avg = (double)sum / u->n_experts;
+        for (int e = 0; e < u->n_experts; e++)
+            if (cnt[e] >= MS_USAGE_HOT_RATIO * avg)
+                out[n++] = (ms_usage_pick){(double)cnt[e] / u->visits[l], l, e};
+    }
+    qsort(out, (size_t)n, sizeof *out, hotter);
+    return n;
+}
+
+void ms_usage_as_prior(ms_usage *u)
+{
+    u->requests = u->batches = 0;
+    for (int l = 0; l < u->n_layers; l++) {
+        uint32_t v = u->visits[l], *cnt = u->uses + (size_t)l * (size_t)u->n_experts;
+        if (v > MS_USAGE_PRIOR_VISITS) {
+            for (int e = 0; e < u->n_experts; e++)
+                cnt[e] = (uint32_t)(((uint64_t)cnt[e] * MS_USAGE_PRIOR_VISITS + v / 2) / v);
+            u->visits[l] = v = MS_USAGE_PRIOR_VISITS;
+        }
+        for (int e = 0; e < u->n_experts; e++)
+            u->requests += cnt[e];
+        u->batches += v;
+    }
 }

@@ -28,4 +28,25 @@ int ms_usage_load(ms_usage *u, const char *path, uint64_t bytes, ms_err *err);
  * never sees half a file); -1 with err on failure. */
 int ms_usage_save(const ms_usage *u, const char *path, uint64_t bytes, ms_err *err);
 
+/* The experts a layer picked at least MS_USAGE_HOT_RATIO times as often
+ * as its average expert, over at least MS_USAGE_HOT_VISITS visits, into out
+ * (room for every expert), most used first (by share of their layer's
+ * visits); returns how many. */
+enum { MS_USAGE_HOT_RATIO = 2, MS_USAGE_HOT_VISITS = 32 };
+typedef struct ms_usage_pick {
+    double share;
+    int32_t layer, expert;
+} ms_usage_pick;
+int ms_usage_hot(const ms_usage *u, ms_usage_pick *out);
+
+/* Scales each layer's counts down to a prior worth MS_USAGE_PRIOR_VISITS
+ * visits (layers with fewer keep theirs), so that the current workload
+ * outweighs past runs within a few tokens. At full weight the counts of
+ * one earlier run cost the synthetic gpt-oss-20b under 6 GB 2-7% more
+ * bytes per token on a prompt other than the one they were learned on; at
+ * 8 visits' weight 3% fewer (skewed router) or the same (uniform)
+ * (docs/perf.md, "Learned placement"). */
+enum { MS_USAGE_PRIOR_VISITS = 8 };
+void ms_usage_as_prior(ms_usage *u);
+
 #endif
