@@ -110,8 +110,12 @@ const ms_kernel_ops *ms_kernels(void)
     return a ? a : ms_kernels_exact();
 }
 
+/* The opt-in tables share the exact table's FP8 rows and prefetch
+ * distances, which choose() sets for this CPU: it runs first, so that no
+ * product of theirs runs before the choice and none after it differs. */
 const ms_kernel_ops *ms_kernels_for(int precision)
 {
+    pthread_once(&choose_once, choose);
     switch (precision) {
     case MS_PRECISION_EXACT: return ms_kernels_exact();
     case MS_PRECISION_FAST: return ms_kernels_avx512_bf16();
