@@ -361,31 +361,51 @@ AI void bf_transpose(const float *x, int k, float *xp)
     }
 }
 
+/* One 64-byte load of BF16 pairs into the nt tokens' even and odd chains. */
+AI void bf_chunk(int nt, __m512i v, const float *const *xp, int64_t off, __m512 *a0,
+                 __m512 *a1)
+{
+    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
+    /* v in a register: GCC would fold the load into both the shift and the
+     * AND, a second load that a batch, bound by Zen 4's one 512-bit load a
+     * cycle, paid 10% of its prefill for */
+    __asm__("" : "+v"(v));
+    __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        a0[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xp[t] + off), a0[t]);
+        a1[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xp[t] + off + 16), a1[t]);
+    }
+}
+
 /* Columns [c0, c1) of BF16 row r for nt tokens with pair-order x (panel
- * relative) at xp[t]; the panel's sums to out[t]. */
+ * relative) at xp[t]; the panel's sums to out[t]. The loop over whole
+ * chunks carries neither the tail's test nor, where the distance is 0 (Zen
+ * 4's matvec), a prefetch: 8 instructions a chunk instead of 13, worth 2-7%
+ * of a one-thread matvec from memory on Zen 4 (docs/perf.md, "Zen 4"). */
 AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
                      int64_t c1, float *out)
 {
     const uint16_t *row = (const uint16_t *)w->w + w->cols * r;
-    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
     const int64_t pf = nt == 1 ? ms_prefetch_bytes.near : ms_prefetch_bytes.far;
+    const int64_t whole = c0 + (c1 - c0) / 32 * 32;
     __m512 a0[MAX_NT], a1[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
-    for (int64_t c = c0; c < c1; c += 32) {
-        _mm_prefetch((const char *)(row + c) + pf, _MM_HINT_T0);
-        __m512i v = c1 - c >= 32 ? _mm512_loadu_si512(row + c)
-                                 : _mm512_maskz_loadu_epi16((__mmask32)((1u << (c1 - c)) - 1),
-                                                            row + c);
-        __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(v, high));
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            a0[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xp[t] + (c - c0)), a0[t]);
-            a1[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xp[t] + (c - c0) + 16), a1[t]);
+    if (pf) {
+        for (int64_t c = c0; c < whole; c += 32) {
+            _mm_prefetch((const char *)(row + c) + pf, _MM_HINT_T0);
+            bf_chunk(nt, _mm512_loadu_si512(row + c), xp, c - c0, a0, a1);
         }
+    } else {
+        for (int64_t c = c0; c < whole; c += 32)
+            bf_chunk(nt, _mm512_loadu_si512(row + c), xp, c - c0, a0, a1);
     }
+    if (whole < c1)
+        bf_chunk(nt, _mm512_maskz_loadu_epi16((__mmask32)((1u << (c1 - whole)) - 1), row + whole),
+                 xp, whole - c0, a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
