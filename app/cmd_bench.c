@@ -278,9 +278,9 @@ out:
         /* the trace file is complete once the engine is closed; the replay
          * uses the cache size the engine ran with (trace header) */
         if (ms_replay(o.trace, 0, 0, &r, &err) == 0)
-            printf("| %-40s | engine %.1f%% LRU %.1f%% opt %.1f%% |\n",
+            printf("| %-40s | engine %.1f%% LRU %.1f%% fixed set %.1f%% opt %.1f%% |\n",
                    "replay: hit rate at the same budget", 100 * r.engine_hit, 100 * r.lru_hit,
-                   100 * r.opt_hit);
+                   100 * r.fixed_hit, 100 * r.opt_hit);
         else
             fprintf(stderr, "moestream bench: replay: %s\n", err.msg);
     }

@@ -1,4 +1,5 @@
-/* moestream replay: LRU and optimal (Belady) hit rates of a routing trace. */
+/* moestream replay: the hit rates of a routing trace under the engine's
+ * policy, LRU, the best fixed set and the optimum (Belady). */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,7 +18,8 @@ int cmd_replay(int argc, char **argv)
     if (ms_replay(path, slots, ram, &r, &err))
         return cli_fail(&err);
     printf("requests %lld  slots %lld  engine policy hit %.1f%%  LRU hit %.1f%%  "
-           "optimal (Belady) hit %.1f%%\n", (long long)r.requests, (long long)r.slots,
-           100 * r.engine_hit, 100 * r.lru_hit, 100 * r.opt_hit);
+           "fixed set hit %.1f%%  optimal (Belady) hit %.1f%%\n", (long long)r.requests,
+           (long long)r.slots, 100 * r.engine_hit, 100 * r.lru_hit, 100 * r.fixed_hit,
+           100 * r.opt_hit);
     return 0;
 }

@@ -53,7 +53,8 @@ const cli_command cli_commands[CLI_N_CMDS] = {
     [CMD_SYNTH] = {"synth", cmd_synth, "",
                    "write a random-weight checkpoint with a released configuration", NULL},
     [CMD_REPLAY] = {"replay", cmd_replay, "TRACE",
-                    "hit rates of a recorded expert routing trace (LRU, optimum, the engine's)",
+                    "hit rates of a recorded expert routing trace (the engine's, LRU, the best fixed "
+                    "set, the optimum)",
                     NULL},
 };
 

@@ -421,6 +421,10 @@ typedef struct ms_replay_result {
     int64_t requests, slots;
     double lru_hit, opt_hit;   /* fractions in [0, 1] */
     double engine_hit;         /* the engine's own eviction policy */
+    /* the best fixed set: the experts most used over the trace, each read
+     * once and kept (the best a policy can do knowing only how often each
+     * expert is used, when requests are independent draws) */
+    double fixed_hit;
 } ms_replay_result;
 int ms_replay(const char *trace_path, int64_t slots, int64_t ram, ms_replay_result *out,
               ms_error *err);

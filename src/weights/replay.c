@@ -1,6 +1,7 @@
-/* Offline replay of expert routing traces: LRU and Belady's optimum for a
- * given number of cache slots, on the exact request sequence the engine
- * issued (one line "B <layer> <ids...>" per batch). */
+/* Offline replay of expert routing traces: LRU, the engine's policy, the
+ * best fixed set and Belady's optimum for a given number of cache slots, on
+ * the exact request sequence the engine issued (one line "B <layer>
+ * <ids...>" per batch). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,40 @@ static int64_t lru_hits(const trace *t, int64_t slots, int64_t *stamp)
     return hits;
 }
 
+/* The best fixed set: the `slots` experts that gain most from a slot of
+ * their own over the whole trace (requests after skip, less one for the
+ * read of each first requested after it), each read on its first request
+ * and never evicted; the others are read through, into no slot. When the
+ * requests are independent draws (the independent reference model) no
+ * policy that knows how often each expert is used, but not when, does
+ * better; so where the engine's policy comes close to it, the gap to
+ * Belady is what knowing the order is worth. Reading through, it can
+ * exceed the Belady above, which gives every read a slot. */
+static int cmp_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static int64_t fixed_hits(const trace *t, int64_t slots, int64_t *gain, int64_t *first)
+{
+    for (int32_t j = 0; j < t->n_keys; j++) {
+        gain[j] = 0;
+        first[j] = -1;
+    }
+    for (int64_t i = 0; i < t->n; i++) {
+        int32_t k = t->key[i];
+        if (first[k] < 0)
+            first[k] = i;
+        gain[k] += i >= t->skip && i != first[k];
+    }
+    qsort(gain, (size_t)t->n_keys, sizeof *gain, cmp_desc);
+    int64_t hits = 0;
+    for (int64_t j = 0; j < slots && j < t->n_keys; j++)
+        hits += gain[j];
+    return hits;
+}
+
 /* Belady: on a miss with a full cache, evict the expert whose next request
  * is furthest away (or never comes). */
 static int64_t opt_hits(const trace *t, int64_t slots, int64_t *next_use, int64_t *cached)
@@ -244,6 +279,7 @@ int ms_replay_after(const char *trace_path, int64_t skip, int64_t slots, int64_t
         if (eh < 0)
             rc = ms_err_set(err, MS_E_NOMEM, "out of memory replaying %s", trace_path);
         out->engine_hit = (double)eh / counted;
+        out->fixed_hit = (double)fixed_hits(&t, slots, a, b) / counted;
         out->opt_hit = (double)opt_hits(&t, slots, a, b) / counted;
     }
     free(a);

@@ -97,6 +97,19 @@ for cfg in "gpt_oss tiny 3" "gpt_oss tiny2 4"; do
   fi
 done
 
+# The replay's policies on a trace worked by hand: A B A C A B A D in one
+# layer of four experts, two slots. LRU and Belady both keep A and lose B to
+# C (3 hits); the best fixed set keeps A and B and reads C and D through (A
+# 3 hits after its first read, B 1: 4 of 8).
+{ echo "# moestream expert trace v1 layers=1 experts=4 slot_bytes=4096 expert_bytes=4096 slots=2"
+  for e in 0 1 0 2 0 1 0 3; do echo "B 0 $e"; done; } >"$W/hand.trace"
+out=$("$BIN" replay "$W/hand.trace" 2>&1)
+case "$out" in
+  *"LRU hit 37.5%"*"fixed set hit 50.0%"*"optimal (Belady) hit 37.5%"*)
+    pass replay_hand_trace ;;
+  *) fail replay_hand_trace "$out" ;;
+esac
+
 # Prefill spans: a call runs each layer over the whole span (up to the
 # memory-sized --prefill-span) before the next layer. The logits of a
 # 700-token prompt are bit-identical between one span, blocks of 256 (the
