@@ -73,6 +73,7 @@ L=$(sed -n 's/.* layers=\([0-9]*\).*/\1/p' "$OUT/trace" | head -1)
 opt=$($BIN replay "$OUT/trace_decode" | sed -n 's/.*optimal (Belady) hit \([0-9.]*\)%.*/\1/p')
 eng_np=$($BIN replay "$OUT/trace2_decode" | sed -n 's/.*engine policy hit \([0-9.]*\)%.*/\1/p')
 opt_np=$($BIN replay "$OUT/trace2_decode" | sed -n 's/.*optimal (Belady) hit \([0-9.]*\)%.*/\1/p')
+fix_np=$($BIN replay "$OUT/trace2_decode" | sed -n 's/.*fixed set hit \([0-9.]*\)%.*/\1/p')
 req=$(tail -n $((N * L)) "$OUT/trace" | awk '{ n += NF - 2 } END { print n }')
 eb=$(sed -n 's/.* expert_bytes=\([0-9]*\).*/\1/p' "$OUT/trace" | head -1)
 pf_tps=$(sed -n 's/^| prefill, [0-9]* tokens *| \([0-9.]*\) tok\/s.*/\1/p' "$OUT/prefill")
@@ -82,7 +83,7 @@ pf_distinct=$(grep '^B ' "$OUT/trace_pf" | head -n -"$L" |
   awk '{ for (i = 3; i <= NF; i++) s[$2 " " $i] = 1 } END { print length(s) }')
 
 awk -v res="$res_ms" -v str="$str_ms" -v np="$np_ms" -v disk="$disk" -v hit="$hit" \
-    -v hitnp="$hit_np" -v opt="$opt" -v engnp="$eng_np" -v optnp="$opt_np" -v req="$req" \
+    -v hitnp="$hit_np" -v opt="$opt" -v engnp="$eng_np" -v optnp="$opt_np" -v fixnp="$fix_np" -v req="$req" \
     -v eb="$eb" -v n="$N" -v rd="$read_mb" -v pftps="$pf_tps" -v pfmb="$pf_mb" \
     -v pfd="$pf_distinct" -v pfn="$PREFILL" 'BEGIN {
   must = (1 - opt / 100) * req * eb / n / 1e6          # MB/token the optimum still reads
@@ -106,6 +107,7 @@ awk -v res="$res_ms" -v str="$str_ms" -v np="$np_ms" -v disk="$disk" -v hit="$hi
   printf "| %-52s | %13.1f%% |\n", "hit rate, prefetch off (measured)", hitnp
   printf "| %-52s | %13.1f%% |\n", "optimum (Belady) on the prefetch-off trace", optnp
   printf "| %-52s | %13.1f%% |\n", "engine policy replayed on the same trace", engnp
+  printf "| %-52s | %13.1f%% |\n", "best fixed set for the same trace (frequency only)", fixnp
   printf "| %-52s | %+13.1f |\n", "hit rate - optimum, prefetch off  [>= -5]", hitnp - optnp
   printf "| %-52s | %+13.1f |\n", "hit rate - optimum, prefetch on   [>= -5]", hit - opt
   printf "| %-52s | %11.1f MB |\n", "prefill: bytes read (" pfn " tokens, cold)", pfmb * pfn
