@@ -98,8 +98,8 @@ const char *cli_precision_note(void)
 {
     const char *k = ms_kernel_path();
     if (strstr(k, "fast"))
-        return " (precision fast: activations rounded to bf16 for BF16, MXFP4 and FP8 weights; "
-               "not exact)";
+        return " (precision fast: activations rounded to bf16 for BF16, MXFP4 and FP8 weights "
+               "and for attention over a bf16 KV cache; not exact)";
     if (strstr(k, "int8"))
         return " (precision int8: activations quantised to int8 per 32 columns for MXFP4 "
                "weights; not exact)";

@@ -12,7 +12,8 @@
 #      THREADS (2), BASE (another moestream binary, e.g. an older build:
 #      each run of ./moestream is then preceded by the same run of BASE, an
 #      interleaved A/B; the binary is the last column and the summary is
-#      per binary).
+#      per binary), PRECISIONS ("exact"; e.g. "exact fast": each run in
+#      every precision in turn, interleaved, named with the binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -20,6 +21,7 @@ N=${N:-8}
 CONTEXTS=${CONTEXTS:-"1000 8000 32000"}
 KV=${KV:-"f32 bf16"}
 THREADS=${THREADS:-2}
+PRECISIONS=${PRECISIONS:-exact}
 [ -x ./moestream ] || make -j2 >/dev/null
 bins=(${BASE:-} ./moestream)
 models=("$@")
@@ -38,14 +40,16 @@ for m in "${models[@]}"; do
     for kv in $KV; do
       for c in $CONTEXTS; do
        for b in "${bins[@]}"; do
+        for pr in $PRECISIONS; do
         "$b" bench "$m" --prompt 4 -n "$N" --context "$c" --kv "$kv" --threads "$THREADS" \
-            --floor 2>/dev/null |
-          awk -v m="$(basename "$m")" -v kv="$kv" -v c="$c" -v b="$b" -F'|' '
+            --precision "$pr" --floor 2>/dev/null |
+          awk -v m="$(basename "$m")" -v kv="$kv" -v c="$c" -v b="$b:$pr" -F'|' '
             /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
             /memory read stream/ { split($3, a, " "); bw = a[1] }
             /attention over the KV cache/ { split($3, a, " "); at = a[1]; mb = a[3]; x = $3; sub(/.*: /, "", x); sub(/x its.*/, "", x) }
             END { printf "| %-22s | %s | %7d | %13.1f | %14.2f | %4.0f%% | %9.1f | %9.1f | %10.2f | %s\n",
                          m, kv, c, d, at, 100 * at / d, mb, bw, x, b }' | tee -a "$out"
+        done
        done
       done
     done

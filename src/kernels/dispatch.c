@@ -346,6 +346,8 @@ const ms_kernel_ops *ms_kernels_derive(ms_derived_ops *d)
         for (int f = 0; f < MS_WFMT_COUNT; f++)
             if (d->rows[f])
                 d->ops.rows[f] = d->rows[f];
+        if (d->attn)
+            d->ops.attn = d->attn;
         d->built = 1;
     }
     pthread_mutex_unlock(&mu);

@@ -134,12 +134,14 @@ static inline uint8_t ms_mx_scale_byte(const ms_mat *w, int64_t r, int64_t g)
 }
 
 /* An opt-in table (--precision fast, int8): a base table with some formats'
- * rows replaced, built on first use (thread-safe); NULL where the base is.
- * The caller checks the instructions its own rows need. */
+ * rows (and maybe its attention step) replaced, built on first use
+ * (thread-safe); NULL where the base is. The caller checks the instructions
+ * its own kernels need. */
 typedef struct ms_derived_ops {
     const ms_kernel_ops *(*base)(void);
     const char *name;
     ms_rows_fn rows[MS_WFMT_COUNT]; /* NULL: the base's */
+    void (*attn)(const ms_attn_step *a); /* NULL: the base's */
     ms_kernel_ops ops;              /* built */
     int built;
 } ms_derived_ops;

@@ -138,7 +138,8 @@ const ms_kernel_ops *ms_kernels_avx2(void);
 const ms_kernel_ops *ms_kernels_avx512(void);
 /* The opt-in fast table (--precision fast): avx512 with BF16, MXFP4 and
  * FP8 products by vdpbf16ps over activations rounded to bf16 (FP8's
- * subnormal codes dropped); not exact. */
+ * subnormal codes dropped), and its attention step over bf16 KV rows by
+ * vdpbf16ps over queries and softmax weights rounded to bf16; not exact. */
 const ms_kernel_ops *ms_kernels_avx512_bf16(void);
 /* The opt-in int8 table (--precision int8): avx512 with MXFP4 products by
  * vpdpbusd (AVX512-VNNI) over activations quantised to int8 per block of

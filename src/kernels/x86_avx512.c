@@ -145,14 +145,6 @@ X_ROWS(f16, MS_WFMT_F16)
 X_ROWS(fp8, MS_WFMT_FP8_BLOCK)
 
 /* ---- attention (x86_attn.h) ---------------------------------------------- */
-__m512 _ZGVeN16v_expf(__m512 x); /* glibc libmvec */
-
-AI __mmask16 lanes_in(int lo, int hi)
-{
-    lo = lo < 0 ? 0 : lo;
-    hi = hi > 16 ? 16 : hi;
-    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-}
 AI __m512 xv_load_bf16_below(const uint16_t *p, int k)
 {
     return bf16x16(_mm256_maskz_loadu_epi16(lanes_in(0, k), p));
@@ -190,34 +182,7 @@ AI __m512 xv_sum_blocks(const __m512 *u)
     return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
-/* r[j] lane i <-> r[i] lane j: pairs, quads, then 128-bit blocks */
-AI void xv_transpose(__m512 *r)
-{
-    __m512 t[16], u[16];
-#pragma GCC unroll 16
-    for (int k = 0; k < 8; k++) {
-        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-    }
-#pragma GCC unroll 16
-    for (int k = 0; k < 4; k++) {
-        u[4 * k] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        u[4 * k + 1] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        u[4 * k + 2] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        u[4 * k + 3] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-#pragma GCC unroll 16
-    for (int j = 0; j < 4; j++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
-        __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
-        __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
-        __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
-        r[j] = _mm512_shuffle_f32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
-        r[4 + j] = _mm512_shuffle_f32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
-        r[8 + j] = _mm512_shuffle_f32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
-        r[12 + j] = _mm512_shuffle_f32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
-    }
-}
+AI void xv_transpose(__m512 *r) { tr16(r); }
 #define X_FP8_UNIT 256.0f
 
 #include "kernels/x86_attn.h"

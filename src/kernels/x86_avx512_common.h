@@ -108,4 +108,44 @@ static inline int x_below(const float *x, int64_t cols, float limit)
     return !_mm512_cmp_ps_mask(top, _mm512_set1_ps(limit), _CMP_GE_OQ);
 }
 
+/* Lanes [lo, hi) of 16 (clamped). */
+AI __mmask16 lanes_in(int lo, int hi)
+{
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* r[j] lane i <-> r[i] lane j (any 32-bit lanes: shuffles only): pairs,
+ * quads, then 128-bit blocks */
+AI void tr16(__m512 *r)
+{
+    __m512 t[16], u[16];
+#pragma GCC unroll 16
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+#pragma GCC unroll 16
+    for (int k = 0; k < 4; k++) {
+        u[4 * k] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * k + 1] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * k + 2] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * k + 3] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+        r[j] = _mm512_shuffle_f32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
+        r[4 + j] = _mm512_shuffle_f32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
+        r[8 + j] = _mm512_shuffle_f32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
+        r[12 + j] = _mm512_shuffle_f32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+__m512 _ZGVeN16v_expf(__m512 x); /* glibc libmvec */
+
 #endif

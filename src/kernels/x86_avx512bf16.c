@@ -286,6 +286,8 @@ LN_ROWS(bf, MS_WFMT_BF16)
 LN_ROWS(mx, MS_WFMT_MXFP4)
 LN_ROWS(f8, MS_WFMT_FP8_BLOCK)
 
+#include "kernels/x86_attn_bf16.h"
+
 /* FP8: the fast kernel for tokens whose x fits its scaling, the exact one
  * for the others and for scale blocks that do not tile 64 columns; chosen
  * per token (runs of tokens alike together), so a token's bits never
@@ -302,12 +304,14 @@ static void rows_fp8_fast(const ms_mat *w, const float *X, int n, int64_t ldx, f
 
 const ms_kernel_ops *ms_kernels_avx512_bf16(void)
 {
-    /* the avx512 table with the three fast kernels */
+    /* the avx512 table with the three fast kernels and the attention step
+     * over bf16 caches */
     static ms_derived_ops d = {.base = ms_kernels_avx512,
                                .name = "avx512-bf16-fast",
                                .rows = {[MS_WFMT_BF16] = rows_bf,
                                         [MS_WFMT_MXFP4] = rows_mx,
-                                        [MS_WFMT_FP8_BLOCK] = rows_fp8_fast}};
+                                        [MS_WFMT_FP8_BLOCK] = rows_fp8_fast},
+                               .attn = attn_fast};
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") ? ms_kernels_derive(&d) : NULL;
 }

@@ -39,9 +39,10 @@ typedef struct qcase {
 
 /* Runs one query over keys [lo, hi) of K/V (n rows) chunk by chunk, as the
  * model's driver does, alone or with `others` more queries in each step. */
-static void run_query(const qcase *c, const float *q, const float *K, const float *V, int others,
-                      const float *oq, float *st)
+static void run_query_rows(const qcase *c, const float *q, const void *K, const void *V,
+                           int bf16, int others, const float *oq, float *st)
 {
+    int es = bf16 ? 2 : 4; /* bytes per element */
     float *ost = calloc((size_t)(others + 1) * (2 + c->dv), sizeof(float));
     st[0] = -INFINITY;
     memset(st + 1, 0, (size_t)(1 + c->dv) * sizeof(float));
@@ -67,13 +68,20 @@ static void run_query(const qcase *c, const float *q, const float *K, const floa
         los[nq] = lo;
         his[nq++] = n;
         ms_attn_step a = {.nq = nq, .n = n, .dk = c->dk, .dv = c->dv, .scale = c->scale,
-                          .k = K + (int64_t)c0 * c->dk, .v = V + (int64_t)c0 * c->dv,
+                          .k = (const float *)((const char *)K + (int64_t)c0 * c->dk * es),
+                          .v = (const float *)((const char *)V + (int64_t)c0 * c->dv * es),
                           .ldk = c->dk, .ldv = c->dv, .q = qs, .lo = los, .hi = his, .st = sts,
-                          .s = sbuf};
+                          .s = sbuf, .bf16 = bf16};
         cur->attn(&a);
     }
     free(ost);
     free(sbuf);
+}
+
+static void run_query(const qcase *c, const float *q, const float *K, const float *V, int others,
+                      const float *oq, float *st)
+{
+    run_query_rows(c, q, K, V, 0, others, oq, st);
 }
 
 static double check_query(const qcase *c, int others, int corrupt)
@@ -322,6 +330,142 @@ static void case_kv_roundtrip(void)
     }
 }
 
+/* ---- the fast table's step over bf16 rows (x86_attn_bf16.h) ----------------
+ * Queries and softmax weights are rounded to bf16 (relative error <= 2^-9
+ * each) before vdpbf16ps: on top of the exact bound, each score moves by
+ * up to 2^-9 * scale * sum_c |q_c k_c| and each weight by 2^-9 of itself,
+ * so |out - ref| <= 2 * (2 ds_max + 2^-9 + (n + 16) u) * max |v| with
+ * ds = (2^-9 + (dk + 2) u) * scale * sum_c |q_c k_c|. The reference is
+ * float64 over the bf16 keys and values themselves. */
+static double check_fast(const qcase *c, int others, int corrupt)
+{
+    int64_t nk = (int64_t)c->hi * c->dk, nv = (int64_t)c->hi * c->dv;
+    uint16_t *K = malloc((size_t)nk * 2), *V = malloc((size_t)nv * 2);
+    float *q = malloc((size_t)c->dk * 4), *oq = malloc((size_t)(others + 1) * c->dk * 4);
+    for (int64_t i = 0; i < nk; i++)
+        K[i] = ms_f32_to_bf16(sym(1.0));
+    for (int64_t i = 0; i < nv; i++)
+        V[i] = ms_f32_to_bf16(sym(1.0));
+    for (int i = 0; i < c->dk; i++)
+        q[i] = sym(c->qmag);
+    for (int i = 0; i < others * c->dk; i++)
+        oq[i] = sym(c->qmag);
+    float *st = malloc((size_t)(2 + c->dv) * 4), *st1 = malloc((size_t)(2 + c->dv) * 4);
+    run_query_rows(c, q, K, V, 1, others, oq, st);
+    run_query_rows(c, q, K, V, 1, 0, oq, st1);
+    CHECK(memcmp(st, st1, (size_t)(2 + c->dv) * 4) == 0,
+          "fast: dk %d dv %d keys [%d,%d): the state depends on the other queries of the step",
+          c->dk, c->dv, c->lo, c->hi);
+    if (corrupt)
+        st[2] += 0.5f * st[1];
+    double *s = malloc((size_t)c->hi * sizeof(double)), m = -INFINITY, L = 0, ds = 0, vmax = 0;
+    for (int p = c->lo; p < c->hi; p++) {
+        double d = 0, mag = 0;
+        for (int i = 0; i < c->dk; i++) {
+            double kv = ms_bf16_to_f32(K[(int64_t)p * c->dk + i]);
+            d += (double)q[i] * kv;
+            mag += fabs((double)q[i] * kv);
+        }
+        s[p] = d * c->scale;
+        m = s[p] > m ? s[p] : m;
+        double e = (1.0 / 512 + (c->dk + 2) * U) * c->scale * mag;
+        ds = e > ds ? e : ds;
+    }
+    for (int p = c->lo; p < c->hi; p++)
+        L += exp(s[p] - m);
+    double worst = 0;
+    for (int d = 0; d < c->dv; d++) {
+        double ref = 0;
+        for (int p = c->lo; p < c->hi; p++) {
+            double v = ms_bf16_to_f32(V[(int64_t)p * c->dv + d]);
+            ref += exp(s[p] - m) / L * v;
+            vmax = fabs(v) > vmax ? fabs(v) : vmax;
+        }
+        double err = fabs(st[2 + d] / st[1] - ref);
+        worst = err > worst ? err : worst;
+    }
+    double tol = 2 * (2 * ds + 1.0 / 512 + (c->hi - c->lo + 16) * U) * vmax;
+    free(s);
+    free(K);
+    free(V);
+    free(q);
+    free(oq);
+    free(st);
+    free(st1);
+    return worst / tol;
+}
+
+static void case_fast_bf16(void)
+{
+    static const qcase cs[] = {
+        {64, 64, 0, 0, 1, 0.125f, 1.0},      {64, 64, 0, 0, 64, 0.125f, 1.0},
+        {64, 64, 0, 5, 130, 0.125f, 3.0},    {64, 64, 0, 100, 229, 0.125f, 8.0},
+        {64, 64, 0, 0, 300, 0.125f, 8.0},    {128, 128, 0, 0, 300, 0.0884f, 2.0},
+        {576, 512, 0, 0, 200, 0.07f, 1.0},   {8, 8, 0, 3, 77, 0.35f, 1.0},
+        {40, 24, 0, 0, 65, 0.16f, 4.0},      {16, 16, 0, 63, 64, 0.25f, 1.0},
+        {72, 72, 0, 17, 18, 0.1f, 1.0},      {2, 40, 0, 1, 70, 0.5f, 2.0},
+        {34, 50, 0, 7, 150, 0.2f, 6.0},      {104, 40, 0, 0, 90, 0.1f, 4.0},
+        {104, 40, 0, 30, 131, 0.1f, 8.0},
+    };
+    static const int others[] = {0, 3, 7, 15};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        for (size_t o = 0; o < sizeof others / sizeof others[0]; o++) {
+            double r = check_fast(&cs[i], others[o], 0);
+            CHECK(r <= 1.0, "fast: dk %d dv %d keys [%d,%d), %d others: error %.2f x the bound",
+                  cs[i].dk, cs[i].dv, cs[i].lo, cs[i].hi, others[o], r);
+        }
+    qcase bad = {64, 64, 0, 0, 100, 0.125f, 1.0};
+    CHECK(check_fast(&bad, 0, 1) > 1.0, "fast: a corrupted result passes the check");
+}
+
+/* The fast step runs (other bits than the exact one on bf16 rows) and
+ * leaves what it does not take to the exact step, bit for bit: float rows,
+ * and bf16 keys of odd dimension. */
+static void case_fast_path(void)
+{
+    const ms_kernel_ops *exact = ms_kernels_avx512();
+    static const int dims[][3] = {{64, 64, 0}, {64, 64, 1}, {9, 16, 1}, {576, 512, 0}};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        int dk = dims[di][0], dv = dims[di][1], bf = dims[di][2], n = 50, es = bf ? 2 : 4;
+        char *K = malloc((size_t)n * dk * es), *V = malloc((size_t)n * dv * es);
+        for (int i = 0; i < n * dk; i++) {
+            float f = sym(1.0);
+            if (bf)
+                ((uint16_t *)K)[i] = ms_f32_to_bf16(f);
+            else
+                ((float *)K)[i] = f;
+        }
+        for (int i = 0; i < n * dv; i++) {
+            float f = sym(1.0);
+            if (bf)
+                ((uint16_t *)V)[i] = ms_f32_to_bf16(f);
+            else
+                ((float *)V)[i] = f;
+        }
+        float *q = malloc((size_t)dk * 4), *st[2];
+        for (int i = 0; i < dk; i++)
+            q[i] = sym(2.0);
+        qcase c = {dk, dv, 0, 0, n, 0.1f, 2.0};
+        const ms_kernel_ops *tables[2] = {exact, cur};
+        for (int t = 0; t < 2; t++) {
+            const ms_kernel_ops *keep = cur;
+            st[t] = malloc((size_t)(2 + dv) * 4);
+            cur = tables[t];
+            run_query_rows(&c, q, K, V, bf, 0, NULL, st[t]);
+            cur = keep;
+        }
+        int same = memcmp(st[0], st[1], (size_t)(2 + dv) * 4) == 0;
+        int takes = bf && dk % 2 == 0;
+        CHECK(same != takes, "dk %d dv %d %s rows: the fast step %s", dk, dv, bf ? "bf16" : "f32",
+              takes ? "did not run (the exact bits)" : "changed bits it must leave to the exact step");
+        free(K);
+        free(V);
+        free(q);
+        free(st[0]);
+        free(st[1]);
+    }
+}
+
 int main(void)
 {
     const ms_kernel_ops *all[3] = {ms_kernels_scalar(), ms_kernels_avx2(), ms_kernels_avx512()};
@@ -343,6 +487,15 @@ int main(void)
         RUN(case_kv_roundtrip)
         RUN(case_bf16_rows)
 #undef RUN
+    }
+    cur = ms_kernels_avx512_bf16();
+    if (!cur) {
+        printf("SKIP attn_fast: this CPU lacks AVX512-BF16 (the fast table's step over bf16 rows)\n");
+    } else {
+        t_run_case("fast_bf16_avx512-bf16-fast", case_fast_bf16);
+        t_run_case("fast_path_avx512-bf16-fast", case_fast_path);
+        /* what the fast table leaves to the exact step keeps its checks */
+        t_run_case("softmax_avx512-bf16-fast", case_softmax);
     }
     t_run_case("e4m3_encode", case_e4m3_encode);
     return t_finish();
