@@ -15,13 +15,16 @@
 # Env: ROUNDS (3), PROMPT (64), N (32), THREADS ("2 1"), BASE (another
 # moestream binary, e.g. an older build: each run of ./moestream is then
 # preceded by the same run of BASE, for an interleaved A/B; a BASE without
-# --floor prints no floor columns).
+# --floor prints no floor columns), PRECISIONS ("exact"; e.g. "exact int8":
+# each run in every precision in turn, interleaved, named with the binary;
+# int8 is llama.cpp's own arithmetic for MXFP4 weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 PROMPT=${PROMPT:-64}
 N=${N:-32}
 THREADS=${THREADS:-"2 1"}
+PRECISIONS=${PRECISIONS:-exact}
 [ -x ./moestream ] || make -j2 >/dev/null
 
 models=("$@")
@@ -50,10 +53,13 @@ for m in "${models[@]}"; do
   for r in $(seq "$ROUNDS"); do
     for t in $THREADS; do
      for b in "${bins[@]}"; do
+      for pr in $PRECISIONS; do
       floor=--floor
       "$b" bench --help 2>&1 | grep -q -- --floor || floor=
-      "$b" bench "$m" --prompt "$PROMPT" -n "$N" --threads "$t" $floor 2>/dev/null |
-        awk -v m="$(basename "$m")" -v t="$t" -v b="$b" -F'|' '
+      prec=--precision=$pr
+      [ "$pr" = exact ] && prec= # builds before --precision
+      "$b" bench "$m" --prompt "$PROMPT" -n "$N" --threads "$t" $floor $prec 2>/dev/null |
+        awk -v m="$(basename "$m")" -v t="$t" -v b="$b${prec:+:$pr}" -F'|' '
           /prefill, / { split($3, a, " "); pf = a[1] }
           /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
           /memory read stream/ { split($3, a, " "); bw = a[1] }
@@ -61,6 +67,7 @@ for m in "${models[@]}"; do
           /decode floor/ { split($3, a, " "); fl = a[1]; x = $3; sub(/.*decode /, "", x); sub(/x floor.*/, "", x) }
           END { printf "| %-28s | %3s | %13s | %13s | %9s | %8s | %8s | %7s | %s\n", m, t, pf, d, bw, mb, fl, x, b }' |
         tee -a "$out"
+      done
      done
     done
   done

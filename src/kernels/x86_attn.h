@@ -37,6 +37,8 @@
 
 #include <math.h>
 
+#include "kernels/x86_attn_pf.h"
+
 #define XA_GROUP 8 /* queries sharing the transposed keys */
 #define XA_WIDE XW /* queries sharing the transposed queries' path */
 #define XA_MAX (XA_WIDE > XA_GROUP ? XA_WIDE : XA_GROUP)
@@ -71,29 +73,6 @@ AI void xa_keys_t(const ms_attn_step *a, int bf16, int base, int hi, float *kt)
                 if (j < nd)
                     xv_storeu(o + j * XW, r[j]);
         }
-}
-
-/* The prefetch cursor over a step's `next` regions. */
-typedef struct xa_pf {
-    const char *p[2];
-    int64_t left[2];
-} xa_pf;
-
-/* Asks for the next 64-byte line of the regions, if any is left, into L2:
- * the step's own keys, their transpose (or the transposed queries) and
- * values fill a 32 KB L1, which the next chunk would evict (docs/perf.md,
- * "Long context"). */
-AI void xa_prefetch(xa_pf *f)
-{
-    if (f->left[0] > 0) {
-        _mm_prefetch(f->p[0], _MM_HINT_T1);
-        f->p[0] += 64;
-        f->left[0] -= 64;
-    } else if (f->left[1] > 0) {
-        _mm_prefetch(f->p[1], _MM_HINT_T1);
-        f->p[1] += 64;
-        f->left[1] -= 64;
-    }
 }
 
 /* One query's scores of keys p0 .. p0 + XW - 1 (acc, unscaled) into out,
@@ -323,8 +302,7 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
  * them by the transposed queries, else up to XA_GROUP. */
 static void attn_x(const ms_attn_step *a)
 {
-    xa_pf pf = {{a->next[0], a->next[1]},
-                {a->next[0] ? a->next_bytes[0] : 0, a->next[1] ? a->next_bytes[1] : 0}};
+    xa_pf pf = xa_pf_of(a);
     int widened = 0;
     for (int i = 0; i < a->nq;) {
         int m = 1;

@@ -30,26 +30,9 @@
 
 #include <math.h>
 
+#include "kernels/x86_attn_pf.h"
+
 #define FA_Q 8 /* queries sharing a pass over the transposed keys */
-
-/* The prefetch cursor over a step's `next` regions, as in x86_attn.h. */
-typedef struct fa_pf {
-    const char *p[2];
-    int64_t left[2];
-} fa_pf;
-
-AI void fa_prefetch(fa_pf *f)
-{
-    if (f->left[0] > 0) {
-        _mm_prefetch(f->p[0], _MM_HINT_T1);
-        f->p[0] += 64;
-        f->left[0] -= 64;
-    } else if (f->left[1] > 0) {
-        _mm_prefetch(f->p[1], _MM_HINT_T1);
-        f->p[1] += 64;
-        f->left[1] -= 64;
-    }
-}
 
 /* e^x for x <= 0 (scores minus their running maximum; -inf gives 0):
  * 2^n * p(f), x log2(e) = n + f, |f| <= 1/2, p a degree-6 polynomial of
@@ -112,10 +95,10 @@ AI void fa_query(const float *q, int dk, uint32_t *qb)
  * (pairs at qb + w * dh) into s[w], masked to [lo, hi) with -inf; their
  * maxima into vmax[w]. */
 AI void fa_scores(const ms_attn_step *a, int m, const uint32_t *qb, int dh, const uint32_t *kt,
-                  int base, int lo, int hi, float *const *s, __m512 *vmax, fa_pf *pfp)
+                  int base, int lo, int hi, float *const *s, __m512 *vmax, xa_pf *pfp)
 {
     __m512 sc = _mm512_set1_ps(a->scale);
-    fa_pf cur = *pfp, *pf = &cur; /* in registers, as in x86_attn.h */
+    xa_pf cur = *pfp, *pf = &cur; /* in registers */
     for (int p0 = base; p0 < hi; p0 += 16) {
         const uint32_t *kb = kt + (int64_t)(p0 / 16) * dh * 16;
         __m512 acc[FA_Q];
@@ -123,7 +106,7 @@ AI void fa_scores(const ms_attn_step *a, int m, const uint32_t *qb, int dh, cons
         for (int w = 0; w < m; w++)
             acc[w] = _mm512_setzero_ps();
         for (int dp = 0; dp < dh; dp++) {
-            fa_prefetch(pf);
+            xa_prefetch(pf);
             __m512bh kv = (__m512bh)_mm512_loadu_si512(kb + dp * 16);
 #pragma GCC unroll 8
             for (int w = 0; w < m; w++)
@@ -147,9 +130,9 @@ AI void fa_scores(const ms_attn_step *a, int m, const uint32_t *qb, int dh, cons
  * (a constant where inlined) queries. */
 AI void fa_values(const ms_attn_step *a, int m, float *const *acc, int d0, int left,
                   const float *al, const uint16_t *const *eb, int base, int lo, int hi,
-                  fa_pf *pfp)
+                  xa_pf *pfp)
 {
-    fa_pf cur = *pfp, *pf = &cur;
+    xa_pf cur = *pfp, *pf = &cur;
     /* word 2t from the first row, 2t + 1 from the second: element t, and
      * element 16 + t */
     const __m512i i0 = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
@@ -167,8 +150,8 @@ AI void fa_values(const ms_attn_step *a, int m, float *const *acc, int d0, int l
         r[w][1] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, acc[w] + d0 + 16), aw);
     }
     for (int p = lo & ~1; p < hi; p += 2) {
-        fa_prefetch(pf);
-        fa_prefetch(pf);
+        xa_prefetch(pf);
+        xa_prefetch(pf);
         __m512i x0 = p >= lo ? _mm512_maskz_loadu_epi16(mw, v + (int64_t)p * a->ldv)
                              : _mm512_setzero_si512();
         __m512i x1 = p + 1 < hi ? _mm512_maskz_loadu_epi16(mw, v + (int64_t)(p + 1) * a->ldv)
@@ -195,7 +178,7 @@ AI void fa_values(const ms_attn_step *a, int m, float *const *acc, int d0, int l
 /* Queries i0 .. i0 + m - 1 (m <= FA_Q) of the step, which all see keys
  * [lo, hi). */
 static void fa_group(const ms_attn_step *a, int i0, int m, int dh, const uint32_t *kt,
-                     uint32_t *qb, fa_pf *pf)
+                     uint32_t *qb, xa_pf *pf)
 {
     int lo = a->lo[i0], hi = a->hi[i0], base = lo - lo % 16;
     float *s[FA_Q], *acc[FA_Q], al[FA_Q];
@@ -258,8 +241,7 @@ static void attn_fast(const ms_attn_step *a)
      * keys as pairs, the group's queries as pairs */
     uint32_t *kt = (uint32_t *)(a->s + FA_Q * (MS_ATTN_CHUNK + 64));
     uint32_t *qb = kt + (int64_t)MS_ATTN_CHUNK * dh;
-    fa_pf pf = {{a->next[0], a->next[1]},
-                {a->next[0] ? a->next_bytes[0] : 0, a->next[1] ? a->next_bytes[1] : 0}};
+    xa_pf pf = xa_pf_of(a);
     fa_keys_t(a, dh, kt);
     for (int i = 0; i < a->nq;) {
         int m = 1;

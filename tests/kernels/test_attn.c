@@ -1,6 +1,8 @@
 /* The attention step (ms_attn_step) of every op table this CPU runs against
  * a float64 softmax, its independence from the batch and the split, and the
- * KV widening (bit-exact against format/dtype.c's scalar decoders).
+ * KV widening (bit-exact against format/dtype.c's scalar decoders); the
+ * fast table's own step over bf16 rows (x86_attn_bf16.h) against the same
+ * reference with the bound of its bf16 rounding (check_rows).
  *
  * Tolerance of one query over n keys chained through chunks: with scores
  * s_p computed to within ds = (dk + 2) u * scale * sum_c |q_c k_c| (u =
@@ -78,31 +80,37 @@ static void run_query_rows(const qcase *c, const float *q, const void *K, const 
     free(sbuf);
 }
 
-static void run_query(const qcase *c, const float *q, const float *K, const float *V, int others,
-                      const float *oq, float *st)
-{
-    run_query_rows(c, q, K, V, 0, others, oq, st);
-}
 
-static double check_query(const qcase *c, int others, int corrupt)
+/* One query against float64: keys and values stored as f32, or as bf16
+ * (bf16: the reference then uses the bf16 values themselves); `rounded`:
+ * the step rounds queries and softmax weights to bf16 (the fast table over
+ * bf16 rows), relative error <= 2^-9 each, so on top of the bound above
+ * each score moves by up to 2^-9 * scale * sum_c |q_c k_c| and each weight
+ * by 2^-9 of itself:
+ *   |out - ref| <= 2 * (2 ds_max + r + (n + 16) u) * max |v|,
+ *   ds = (r + (dk + 2) u) * scale * sum_c |q_c k_c|,  r = 2^-9 or 0. */
+static double check_rows(const qcase *c, int others, int corrupt, int bf16, int rounded)
 {
     int64_t nk = (int64_t)c->hi * c->dk, nv = (int64_t)c->hi * c->dv;
     float *K = malloc((size_t)nk * 4), *V = malloc((size_t)nv * 4), *q = malloc((size_t)c->dk * 4);
+    uint16_t *Kh = malloc((size_t)nk * 2), *Vh = malloc((size_t)nv * 2);
     float *oq = malloc((size_t)(others + 1) * c->dk * 4);
-    for (int64_t i = 0; i < nk; i++)
-        K[i] = sym(1.0);
+    double r = rounded ? 1.0 / 512 : 0;
+    for (int64_t i = 0; i < nk; i++) /* K, V: the values the step sees */
+        K[i] = bf16 ? ms_bf16_to_f32(Kh[i] = ms_f32_to_bf16(sym(1.0))) : sym(1.0);
     for (int64_t i = 0; i < nv; i++)
-        V[i] = sym(1.0);
+        V[i] = bf16 ? ms_bf16_to_f32(Vh[i] = ms_f32_to_bf16(sym(1.0))) : sym(1.0);
     for (int i = 0; i < c->dk; i++)
         q[i] = sym(c->qmag);
     for (int i = 0; i < others * c->dk; i++)
         oq[i] = sym(c->qmag);
+    const void *Ks = bf16 ? (const void *)Kh : K, *Vs = bf16 ? (const void *)Vh : V;
     float *st = malloc((size_t)(2 + c->dv) * 4), *st1 = malloc((size_t)(2 + c->dv) * 4);
-    run_query(c, q, K, V, others, oq, st);
-    run_query(c, q, K, V, 0, oq, st1);
+    run_query_rows(c, q, Ks, Vs, bf16, others, oq, st);
+    run_query_rows(c, q, Ks, Vs, bf16, 0, oq, st1);
     CHECK(memcmp(st, st1, (size_t)(2 + c->dv) * 4) == 0,
-          "dk %d dv %d keys [%d,%d): the state depends on the other queries of the step", c->dk,
-          c->dv, c->lo, c->hi);
+          "%s rows, dk %d dv %d keys [%d,%d): the state depends on the other queries of the step",
+          bf16 ? "bf16" : "f32", c->dk, c->dv, c->lo, c->hi);
     if (corrupt)
         st[2] += 0.5f * st[1]; /* out[0] off by 0.5 */
     /* float64 reference */
@@ -115,7 +123,7 @@ static double check_query(const qcase *c, int others, int corrupt)
         }
         s[p] = d * c->scale;
         m = s[p] > m ? s[p] : m;
-        double e = (c->dk + 2) * U * c->scale * mag;
+        double e = (r + (c->dk + 2) * U) * c->scale * mag;
         ds = e > ds ? e : ds;
     }
     for (int p = c->lo; p < c->hi; p++)
@@ -130,15 +138,22 @@ static double check_query(const qcase *c, int others, int corrupt)
         double got = st[2 + d] / st[1], err = fabs(got - ref);
         worst = err > worst ? err : worst;
     }
-    double tol = 2 * (2 * ds + (c->hi - c->lo + 16) * U) * vmax;
+    double tol = 2 * (2 * ds + r + (c->hi - c->lo + 16) * U) * vmax;
     free(s);
     free(K);
     free(V);
+    free(Kh);
+    free(Vh);
     free(q);
     free(oq);
     free(st);
     free(st1);
     return worst / tol;
+}
+
+static double check_query(const qcase *c, int others, int corrupt)
+{
+    return check_rows(c, others, corrupt, 0, 0);
 }
 
 static void case_softmax(void)
@@ -330,71 +345,7 @@ static void case_kv_roundtrip(void)
     }
 }
 
-/* ---- the fast table's step over bf16 rows (x86_attn_bf16.h) ----------------
- * Queries and softmax weights are rounded to bf16 (relative error <= 2^-9
- * each) before vdpbf16ps: on top of the exact bound, each score moves by
- * up to 2^-9 * scale * sum_c |q_c k_c| and each weight by 2^-9 of itself,
- * so |out - ref| <= 2 * (2 ds_max + 2^-9 + (n + 16) u) * max |v| with
- * ds = (2^-9 + (dk + 2) u) * scale * sum_c |q_c k_c|. The reference is
- * float64 over the bf16 keys and values themselves. */
-static double check_fast(const qcase *c, int others, int corrupt)
-{
-    int64_t nk = (int64_t)c->hi * c->dk, nv = (int64_t)c->hi * c->dv;
-    uint16_t *K = malloc((size_t)nk * 2), *V = malloc((size_t)nv * 2);
-    float *q = malloc((size_t)c->dk * 4), *oq = malloc((size_t)(others + 1) * c->dk * 4);
-    for (int64_t i = 0; i < nk; i++)
-        K[i] = ms_f32_to_bf16(sym(1.0));
-    for (int64_t i = 0; i < nv; i++)
-        V[i] = ms_f32_to_bf16(sym(1.0));
-    for (int i = 0; i < c->dk; i++)
-        q[i] = sym(c->qmag);
-    for (int i = 0; i < others * c->dk; i++)
-        oq[i] = sym(c->qmag);
-    float *st = malloc((size_t)(2 + c->dv) * 4), *st1 = malloc((size_t)(2 + c->dv) * 4);
-    run_query_rows(c, q, K, V, 1, others, oq, st);
-    run_query_rows(c, q, K, V, 1, 0, oq, st1);
-    CHECK(memcmp(st, st1, (size_t)(2 + c->dv) * 4) == 0,
-          "fast: dk %d dv %d keys [%d,%d): the state depends on the other queries of the step",
-          c->dk, c->dv, c->lo, c->hi);
-    if (corrupt)
-        st[2] += 0.5f * st[1];
-    double *s = malloc((size_t)c->hi * sizeof(double)), m = -INFINITY, L = 0, ds = 0, vmax = 0;
-    for (int p = c->lo; p < c->hi; p++) {
-        double d = 0, mag = 0;
-        for (int i = 0; i < c->dk; i++) {
-            double kv = ms_bf16_to_f32(K[(int64_t)p * c->dk + i]);
-            d += (double)q[i] * kv;
-            mag += fabs((double)q[i] * kv);
-        }
-        s[p] = d * c->scale;
-        m = s[p] > m ? s[p] : m;
-        double e = (1.0 / 512 + (c->dk + 2) * U) * c->scale * mag;
-        ds = e > ds ? e : ds;
-    }
-    for (int p = c->lo; p < c->hi; p++)
-        L += exp(s[p] - m);
-    double worst = 0;
-    for (int d = 0; d < c->dv; d++) {
-        double ref = 0;
-        for (int p = c->lo; p < c->hi; p++) {
-            double v = ms_bf16_to_f32(V[(int64_t)p * c->dv + d]);
-            ref += exp(s[p] - m) / L * v;
-            vmax = fabs(v) > vmax ? fabs(v) : vmax;
-        }
-        double err = fabs(st[2 + d] / st[1] - ref);
-        worst = err > worst ? err : worst;
-    }
-    double tol = 2 * (2 * ds + 1.0 / 512 + (c->hi - c->lo + 16) * U) * vmax;
-    free(s);
-    free(K);
-    free(V);
-    free(q);
-    free(oq);
-    free(st);
-    free(st1);
-    return worst / tol;
-}
-
+/* ---- the fast table's step over bf16 rows (x86_attn_bf16.h) ---------------- */
 static void case_fast_bf16(void)
 {
     static const qcase cs[] = {
@@ -410,12 +361,12 @@ static void case_fast_bf16(void)
     static const int others[] = {0, 3, 7, 15};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
         for (size_t o = 0; o < sizeof others / sizeof others[0]; o++) {
-            double r = check_fast(&cs[i], others[o], 0);
+            double r = check_rows(&cs[i], others[o], 0, 1, 1);
             CHECK(r <= 1.0, "fast: dk %d dv %d keys [%d,%d), %d others: error %.2f x the bound",
                   cs[i].dk, cs[i].dv, cs[i].lo, cs[i].hi, others[o], r);
         }
     qcase bad = {64, 64, 0, 0, 100, 0.125f, 1.0};
-    CHECK(check_fast(&bad, 0, 1) > 1.0, "fast: a corrupted result passes the check");
+    CHECK(check_rows(&bad, 0, 1, 1, 1) > 1.0, "fast: a corrupted result passes the check");
 }
 
 /* The fast step runs (other bits than the exact one on bf16 rows) and
