@@ -180,23 +180,6 @@ AI float xv_hmax(__m256 v)
 }
 AI __m256 xv_exp(__m256 v) { return _ZGVdN8v_expf(v); }
 
-/* The transposing reduction of x86_attn.h, lane j of the result = the 8
- * lanes of key j's vector summed: pairs within 128-bit halves, quads, then
- * the halves, each step a fixed tree. */
-AI __m256 xv_sum_pairs(__m256 a, __m256 b)
-{
-    return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-}
-AI __m256 xv_sum_quads(__m256 a, __m256 b)
-{
-    return _mm256_add_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-AI __m256 xv_sum_blocks(const __m256 *u)
-{
-    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20),
-                         _mm256_permute2f128_ps(u[0], u[1], 0x31));
-}
 /* r[j] lane i <-> r[i] lane j: pairs, quads, then 128-bit halves */
 AI void xv_transpose(__m256 *r)
 {

@@ -161,27 +161,6 @@ AI __m512 xv_keep(__m512 v, int lo, int hi, float fill)
 AI float xv_hmax(__m512 v) { return _mm512_reduce_max_ps(v); }
 AI __m512 xv_exp(__m512 v) { return _ZGVeN16v_expf(v); }
 
-/* The transposing reduction of x86_attn.h, lane j of the result = the 16
- * lanes of key j's vector summed: pairs within 128-bit blocks, quads, then
- * the blocks, each step a fixed tree. */
-AI __m512 xv_sum_pairs(__m512 a, __m512 b)
-{
-    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-}
-AI __m512 xv_sum_quads(__m512 a, __m512 b)
-{
-    return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-AI __m512 xv_sum_blocks(const __m512 *u)
-{
-    __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
 AI void xv_transpose(__m512 *r) { tr16(r); }
 #define X_FP8_UNIT 256.0f
 
