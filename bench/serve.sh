@@ -5,7 +5,8 @@
 # aggregate generated tokens/s, the weight and disk bytes read per generated
 # token (from /metrics), and the mean batch the server reports.
 #   bench/serve.sh MODEL_DIR [ROUNDS=3] [TOKENS=24] [LEVELS="1 2 4"]
-# Use a model with a chat template or none (completions are used: no template).
+# The folder needs a tokenizer.json (synth writes none: copy one in). Use a
+# model with a chat template or none (completions are used: no template).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-./moestream}
@@ -15,7 +16,9 @@ max=1; for c in $LEVELS; do [ "$c" -gt "$max" ] && max=$c; done
 "$BIN" serve "$M" --port 0 --parallel "$max" --ctx 512 2>"$W/log" & spid=$!
 for i in $(seq 1 1200); do
   port=$(sed -n 's/^moestream serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$W/log")
-  [ -n "$port" ] && break; sleep 0.25
+  [ -n "$port" ] && break
+  kill -0 $spid 2>/dev/null || break # it stopped: its log says why
+  sleep 0.25
 done
 [ -n "$port" ] || { echo "serve did not start: $(tail -3 "$W/log")"; exit 1; }
 U=http://127.0.0.1:$port
