@@ -81,6 +81,10 @@ typedef enum ms_kvfmt { MS_KV_F32 = 0, MS_KV_BF16, MS_KV_FP8, MS_KV_COUNT } ms_k
 /* Keys per chunk of attention: the unit of one online-softmax step. */
 #define MS_ATTN_CHUNK 64
 
+/* Positions per tile of keys stored dimension-major (kvcache.h); divides
+ * MS_ATTN_CHUNK. */
+#define MS_KV_TILE 16
+
 /* One online-softmax step of attention (flash attention's inner loop): nq
  * queries against the n (<= MS_ATTN_CHUNK) float32 keys and values of a
  * chunk. Query i sees keys [lo[i], hi[i]) (0 <= lo < hi <= n) and updates
@@ -97,6 +101,13 @@ typedef struct ms_attn_step {
     const float *k, *v;        /* key p at k + p * ldk, value p at v + p * ldv */
     int64_t ldk, ldv;          /* in elements */
     int bf16;                  /* k and v point at bf16 elements, widened as read */
+    /* keys in tiles of T = MS_KV_TILE positions (kvcache.h), ldk = dk:
+     * f32: element d of key p at k + (p - p % T) * ldk + d * T + p % T;
+     * bf16 (dk even): dimension pairs, elements 2i, 2i + 1 of key p in the
+     * dword at k + (p - p % T) * ldk + 2 * (i * T + p % T) (in elements),
+     * the even one in the low word. The keys past n in the last tile are
+     * read and their scores discarded */
+    int ktiled;
     const float *const *q;     /* [nq] */
     const int *lo, *hi;        /* [nq] */
     float *const *st;          /* [nq]: m, l, then acc (dv floats) */

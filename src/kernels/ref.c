@@ -119,10 +119,14 @@ static uint64_t stream_ref(const void *p, int64_t bytes)
     return a ^ b ^ c ^ d;
 }
 
-/* Element j of row p of the step's keys or values (f32 or bf16). */
-static float kv_at(const ms_attn_step *a, const float *base, int64_t ld, int p, int j)
+/* Element j of row p of the step's keys or values (f32 or bf16; tiled:
+ * keys in tiles, kernels.h). */
+static float kv_at(const ms_attn_step *a, const float *base, int64_t ld, int tiled, int p, int j)
 {
-    int64_t i = p * ld + j;
+    const int T = MS_KV_TILE;
+    int64_t i = !tiled   ? p * ld + j
+                : a->bf16 ? (int64_t)(p - p % T) * ld + (j / 2) * 2 * T + (p % T) * 2 + j % 2
+                          : (int64_t)(p - p % T) * ld + j * T + p % T;
     return a->bf16 ? ms_bf16_to_f32(ms_load_u16(base, i)) : ms_load_f32(base, i);
 }
 
@@ -135,7 +139,7 @@ static void attn_ref(const ms_attn_step *a)
         for (int p = a->lo[i]; p < a->hi[i]; p++) {
             float d = 0.0f;
             for (int j = 0; j < a->dk; j++)
-                d += q[j] * kv_at(a, a->k, a->ldk, p, j);
+                d += q[j] * kv_at(a, a->k, a->ldk, a->ktiled, p, j);
             s[p] = d * a->scale;
             mc = s[p] > mc ? s[p] : mc;
         }
@@ -151,7 +155,7 @@ static void attn_ref(const ms_attn_step *a)
             acc[d] *= alpha;
         for (int p = a->lo[i]; p < a->hi[i]; p++)
             for (int j = 0; j < a->dv; j++)
-                acc[j] += s[p] * kv_at(a, a->v, a->ldv, p, j);
+                acc[j] += s[p] * kv_at(a, a->v, a->ldv, 0, p, j);
     }
 }
 

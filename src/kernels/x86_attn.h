@@ -9,6 +9,7 @@
  *   xv_transpose(r[XW])           r[j] lane i <-> r[i] lane j
  *   xv_exp(v)                     glibc's libmvec expf of every lane
  *   xv_load_bf16_below(p, k)      the first k bf16 elements at p, widened
+ *   xv_load_pairs(p, &even, &odd) XW dwords of two bf16 at p, widened
  *   X_FP8_UNIT                    what x_decode's FP8 values lack (2^8)
  *
  * Queries that see the same keys (the heads of a KV head, at one position)
@@ -21,6 +22,11 @@
  *   values: acc = acc * a, then one FMA per key in key order,
  * up to XA_VQ queries sharing each value load. Every one of these is the
  * same sequence of operations for a query whatever the group it is in.
+ * Keys stored in tiles (ms_attn_step.ktiled: MS_KV_TILE keys per
+ * dimension, a multiple of XW) are that layout already: the scores read
+ * them in place (bf16: a dimension pair of XW keys per load, widened by a
+ * shift and an AND), the same vectors as the transpose makes, so the same
+ * bits.
  *
  * A whole vector of queries with the same keys (XW of them: MLA's heads,
  * which all share one latent) instead transposes the queries, once per
@@ -86,28 +92,51 @@ AI void xa_put_scores(XV acc, XV sc, int p0, int lo, int hi, float *out, XV *vma
     *vmax = xv_max(*vmax, v);
 }
 
+/* How xa_scores finds its keys: transposed by xa_keys_t, or the step's
+ * tiles of f32 or of bf16 pairs. */
+enum { XA_KT = 0, XA_TILES_F32, XA_TILES_BF16 };
+
 /* The scores of keys [base, hi) for m (a constant where inlined) queries
  * q[0..m) into s[w] (relative to base), masked to [lo, hi) with -inf;
- * their maxima into vmax[w]. */
-AI void xa_scores(const ms_attn_step *a, int m, const float *const *q, const float *kt,
-                  int base, int lo, int hi, float *const *s, XV *vmax, xa_pf *pfp)
+ * their maxima into vmax[w]. The keys (kind, a constant where inlined):
+ * transposed from base by xa_keys_t into kt, or the step's tiles at kt. */
+AI void xa_scores(const ms_attn_step *a, int m, int kind, const float *const *q,
+                  const float *kt, int base, int lo, int hi, float *const *s, XV *vmax,
+                  xa_pf *pfp)
 {
     int dk = a->dk;
+    const int T = kind == XA_KT ? XW : MS_KV_TILE; /* keys per dimension */
     XV sc = xv_set1(a->scale);
     xa_pf cur = *pfp, *pf = &cur; /* in registers: through memory, the cursor's
                                    * updates were a chain of store-to-load waits */
     for (int p0 = base, b = 0; p0 < hi; p0 += XW, b++) {
-        const float *kb = kt + (int64_t)b * dk * XW;
+        const float *kb = kind == XA_TILES_F32 ? kt + (int64_t)(p0 - p0 % T) * dk + p0 % T
+                                               : kt + (int64_t)b * dk * XW;
         XV acc[XA_GROUP];
 #pragma GCC unroll 8
         for (int w = 0; w < m; w++)
             acc[w] = xv_zero();
-        for (int d = 0; d < dk; d++) {
-            xa_prefetch(pf);
-            XV kv = xv_loadu(kb + d * XW);
+        if (kind == XA_TILES_BF16) { /* dimensions 2i and 2i + 1 per load */
+            const uint32_t *kp = (const uint32_t *)kt + (int64_t)(p0 - p0 % T) * (dk / 2) + p0 % T;
+            for (int d = 0; d < dk; d += 2) {
+                XV ke, ko;
+                xa_prefetch(pf);
+                xa_prefetch(pf);
+                xv_load_pairs(kp + (d / 2) * T, &ke, &ko);
 #pragma GCC unroll 8
-            for (int w = 0; w < m; w++)
-                acc[w] = xv_fma(xv_set1(q[w][d]), kv, acc[w]);
+                for (int w = 0; w < m; w++) {
+                    acc[w] = xv_fma(xv_set1(q[w][d]), ke, acc[w]);
+                    acc[w] = xv_fma(xv_set1(q[w][d + 1]), ko, acc[w]);
+                }
+            }
+        } else {
+            for (int d = 0; d < dk; d++) {
+                xa_prefetch(pf);
+                XV kv = xv_loadu(kb + d * T);
+#pragma GCC unroll 8
+                for (int w = 0; w < m; w++)
+                    acc[w] = xv_fma(xv_set1(q[w][d]), kv, acc[w]);
+            }
         }
 #pragma GCC unroll 8
         for (int w = 0; w < m; w++)
@@ -134,12 +163,15 @@ AI void xa_queries_t(int dk, const float *const *q, float *qt)
 }
 
 /* xa_scores for XW queries, from their transpose qt and the f32 keys kf
- * (row p at kf + p * ldk): the tile acc[j] (key p0 + j, lane w = query w)
- * is transposed into acc[w] (lane j = key p0 + j). Rows past hi repeat
- * row p0; their lanes are masked as in xa_scores. */
-AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, const float *qt,
-                       int base, int lo, int hi, float *const *s, XV *vmax, xa_pf *pfp)
+ * (row p at kf + p * ldk; tiled, a constant where inlined: the step's
+ * tiles): the tile acc[j] (key p0 + j, lane w = query w) is transposed
+ * into acc[w] (lane j = key p0 + j). Rows past hi repeat row p0; their
+ * lanes are masked as in xa_scores. */
+AI void xa_scores_wide(const ms_attn_step *a, int tiled, const float *kf, int64_t ldk,
+                       const float *qt, int base, int lo, int hi, float *const *s, XV *vmax,
+                       xa_pf *pfp)
 {
+    const int T = MS_KV_TILE, ds = tiled ? T : 1; /* elements between a key's dimensions */
     int dk = a->dk;
     XV sc = xv_set1(a->scale);
     xa_pf cur = *pfp, *pf = &cur; /* in registers, as in xa_scores */
@@ -148,7 +180,8 @@ AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, cons
         XV acc[XW];
 #pragma GCC unroll 16
         for (int j = 0; j < XW; j++) {
-            kr[j] = kf + (int64_t)(p0 + j < hi ? p0 + j : p0) * ldk;
+            int p = p0 + j < hi ? p0 + j : p0;
+            kr[j] = tiled ? kf + (int64_t)(p - p % T) * ldk + p % T : kf + (int64_t)p * ldk;
             acc[j] = xv_zero();
         }
         for (int d = 0; d < dk; d++) {
@@ -156,7 +189,7 @@ AI void xa_scores_wide(const ms_attn_step *a, const float *kf, int64_t ldk, cons
             XV qv = xv_loadu(qt + (int64_t)d * XW);
 #pragma GCC unroll 16
             for (int j = 0; j < XW; j++)
-                acc[j] = xv_fma(xv_set1(kr[j][d]), qv, acc[j]);
+                acc[j] = xv_fma(xv_set1(kr[j][d * ds]), qv, acc[j]);
         }
         xv_transpose(acc);
 #pragma GCC unroll 16
@@ -236,7 +269,23 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
         xa_queries_t(dk, q, qt);
         const float *k = a->k;
         int64_t ldk = a->ldk;
-        if (a->bf16) { /* the step's keys, widened by its first wide group */
+        if (a->bf16 && a->ktiled) { /* widened into f32 tiles, the same way */
+            const int T = MS_KV_TILE;
+            if (!*widened)
+                for (int p0 = 0; p0 < a->n; p0 += XW)
+                    for (int d = 0; d < dk; d += 2) {
+                        XV ke, ko;
+                        const uint32_t *kp = (const uint32_t *)a->k +
+                                             (int64_t)(p0 - p0 % T) * (dk / 2) + (d / 2) * T + p0 % T;
+                        float *o = kf + (int64_t)(p0 - p0 % T) * dk + d * T + p0 % T;
+                        xv_load_pairs(kp, &ke, &ko);
+                        xv_storeu(o, ke);
+                        xv_storeu(o + T, ko);
+                    }
+            *widened = 1;
+            k = kf;
+            ldk = dk;
+        } else if (a->bf16) { /* the step's keys, widened by its first wide group */
             if (!*widened)
                 for (int p = 0; p < a->n; p++)
                     for (int c = 0; c < dk; c += XW)
@@ -246,7 +295,24 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
             k = kf;
             ldk = dk;
         }
-        xa_scores_wide(a, k, ldk, qt, base, lo, hi, s, vmax, pf);
+        if (a->ktiled)
+            xa_scores_wide(a, 1, k, ldk, qt, base, lo, hi, s, vmax, pf);
+        else
+            xa_scores_wide(a, 0, k, ldk, qt, base, lo, hi, s, vmax, pf);
+    } else if (a->ktiled && a->bf16) {
+        switch (m) {
+#define XA_S(M)                                                                      \
+    case M: xa_scores(a, M, XA_TILES_BF16, q, a->k, base, lo, hi, s, vmax, pf); break;
+            XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
+#undef XA_S
+        }
+    } else if (a->ktiled) {
+        switch (m) {
+#define XA_S(M)                                                                      \
+    case M: xa_scores(a, M, XA_TILES_F32, q, a->k, base, lo, hi, s, vmax, pf); break;
+            XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
+#undef XA_S
+        }
     } else {
         /* the transpose goes where a wide group keeps its widened keys */
         float *kt = a->s + XA_GROUP * (MS_ATTN_CHUNK + 64);
@@ -257,7 +323,7 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
             xa_keys_t(a, 0, base, hi, kt);
         switch (m) {
 #define XA_S(M)                                                                      \
-    case M: xa_scores(a, M, q, kt, base, lo, hi, s, vmax, pf); break;
+    case M: xa_scores(a, M, XA_KT, q, kt, base, lo, hi, s, vmax, pf); break;
             XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
 #undef XA_S
         }

@@ -10,6 +10,7 @@
  *   keys: rows [0, n) transposed once as dimension pairs: dword j of
  *     kt[b][dp] holds key 16b + j's elements 2dp (low word) and 2dp + 1
  *     (rows >= n zero), so one vdpbf16ps adds a pair's products for 16 keys;
+ *     keys stored in tiles (ms_attn_step.ktiled) are that layout already;
  *   per group of up to FA_Q queries with the same range [lo, hi):
  *     scores: the query as bf16 pairs, one vdpbf16ps chain over the pairs
  *       per query, lane j key j, then scaled and masked as the exact step;
@@ -245,7 +246,10 @@ static void attn_fast(const ms_attn_step *a)
     uint32_t *kt = (uint32_t *)(a->s + FA_Q * (MS_ATTN_CHUNK + 64));
     uint32_t *qb = kt + (int64_t)MS_ATTN_CHUNK * dh;
     xa_pf pf = xa_pf_of(a);
-    fa_keys_t(a, dh, kt);
+    if (a->ktiled)
+        kt = (uint32_t *)a->k; /* read only */
+    else
+        fa_keys_t(a, dh, kt);
     for (int i = 0; i < a->nq;) {
         int m = 1;
         while (i + m < a->nq && m < FA_Q && a->lo[i + m] == a->lo[i] && a->hi[i + m] == a->hi[i])

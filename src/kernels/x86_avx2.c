@@ -159,6 +159,13 @@ AI __m256 xv_load_bf16_below(const uint16_t *p, int k)
     memcpy(buf, p, (size_t)(k < 0 ? 0 : k > 8 ? 8 : k) * 2);
     return bf16x8(_mm_loadu_si128((const __m128i *)buf));
 }
+/* 8 dwords of two bf16 each (the low word the even element) as floats */
+AI void xv_load_pairs(const uint32_t *p, __m256 *even, __m256 *odd)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
 AI __m256 xv_mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 AI __m256 xv_sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 AI __m256 xv_max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }

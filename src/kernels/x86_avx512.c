@@ -149,6 +149,13 @@ AI __m512 xv_load_bf16_below(const uint16_t *p, int k)
 {
     return bf16x16(_mm256_maskz_loadu_epi16(lanes_in(0, k), p));
 }
+/* 16 dwords of two bf16 each (the low word the even element) as floats */
+AI void xv_load_pairs(const uint32_t *p, __m512 *even, __m512 *odd)
+{
+    __m512i v = _mm512_loadu_si512(p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
 AI __m512 xv_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 AI __m512 xv_sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
 AI __m512 xv_max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }

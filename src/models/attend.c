@@ -73,7 +73,8 @@ static void block_rows(const pass *p, int64_t b, int64_t *r0, int64_t *r1)
 }
 
 /* Keys [c0, c0 + n) of KV head kvh as float rows: in place when the cache
- * is f32, else widened into tile. */
+ * is f32 (or bf16, asked; tiled keys: as their tiles), else widened into
+ * tile. */
 static const float *keys_of(const ms_kv *kv, int64_t c0, int n, int64_t off, int dim,
                             int raw_bf16, float *tile, int64_t *ld)
 {
@@ -165,7 +166,8 @@ static void item_task(void *ctx, int64_t it, int worker)
             ldv = ldk;
         ms_attn_step step = {.nq = nq, .n = n, .dk = a->dk, .dv = a->dv, .scale = a->scale,
                              .k = k, .v = v, .ldk = ldk, .ldv = ldv, .q = qs, .lo = los,
-                             .hi = his, .st = sts, .s = sbuf, .bf16 = raw};
+                             .hi = his, .st = sts, .s = sbuf, .bf16 = raw,
+                             .ktiled = ms_kv_tiled(kv, a->k_off + kvh * a->k_step)};
         if (c < c_last) { /* the next chunk streams in while this one computes */
             step.next[0] = chunk_bytes(kv, c0 + MS_ATTN_CHUNK, a->k_off + kvh * a->k_step,
                                        a->dk, &step.next_bytes[0]);

@@ -31,6 +31,16 @@ static inline int64_t ms_gqa_kv_row(const ms_gqa *a)
     return 2 * (int64_t)a->n_kv_heads * a->head_dim;
 }
 
+/* Layer l's KV cache geometry in m: rows of [K | V], a plane per KV head's
+ * key or value, fp8 scales per head, the key planes read by tiles. */
+static inline void ms_gqa_describe_kv(const ms_gqa *a, ms_model *m, int l)
+{
+    m->kv_row[l] = ms_gqa_kv_row(a);
+    m->kv_group[l] = a->head_dim;
+    m->kv_plane[l] = a->head_dim;
+    m->kv_kplanes[l] = a->n_kv_heads;
+}
+
 /* Binds "<prefix>.{q,k,v,o}_proj" for a (its dimensions set), the biases
  * of q/k/v when qkv_bias and of o when o_bias, and "<prefix>.{q,k}_norm"
  * when qk_norm. Returns the number of problems recorded. */

@@ -110,6 +110,8 @@ typedef struct ms_model {
     int64_t *kv_row;          /* [n_layers] elements per position */
     int *kv_group;            /* [n_layers] elements per FP8 scale (a head) */
     int64_t *kv_plane;        /* [n_layers] elements per plane of the cache (kvcache.h) */
+    int64_t *kv_kplanes;      /* [n_layers] leading planes that hold keys GQA reads by
+                               * tiles (its KV heads; MLA: 0) */
     int64_t *kv_window;       /* [n_layers] 0 = full context, else window */
     ms_expert_store *experts; /* NULL for dense models */
     int prefetch;             /* decode: predict and prefetch the next layer's experts */

@@ -137,9 +137,7 @@ static void layer(void *fam, ms_binder *b, int l)
     L->moe = (ms_moe){.layer = l, .n_experts = (int)m->n_experts, .top_k = (int)m->top_k,
                       .d_model = m->d, .d_ff = m->d_ff, .ffn = MS_FFN_OAI_CLAMPED,
                       .alpha = GPT_OSS_SWIGLU_ALPHA, .limit = (float)m->swiglu_limit};
-    m->base.kv_row[l] = ms_gqa_kv_row(a);
-    m->base.kv_group[l] = a->head_dim;
-    m->base.kv_plane[l] = a->head_dim;
+    ms_gqa_describe_kv(a, &m->base, l);
     m->base.kv_window[l] = window;
 
     char p[64], n[128];

@@ -29,8 +29,8 @@ int64_t ms_kv_bytes_per_pos(ms_kvfmt f, int64_t row, int group)
     return row * ms_kvfmt_size(f) + (f == MS_KV_FP8 ? row / group * 4 : 0);
 }
 
-int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane, int group,
-                ms_err *err)
+int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane,
+                int64_t kplanes, int group, ms_err *err)
 {
     memset(kv, 0, sizeof *kv);
     if (plane <= 0 || row % plane)
@@ -39,6 +39,15 @@ int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane, 
     if (f == MS_KV_FP8 && (group <= 0 || plane % group))
         return ms_err_set(err, MS_E_ARG, "an fp8 KV plane of %lld elements cannot have scale "
                           "groups of %d", (long long)plane, group);
+    if (kplanes < 0 || kplanes > row / plane)
+        return ms_err_set(err, MS_E_ARG, "a KV row of %lld planes cannot have %lld key planes",
+                          (long long)(row / plane), (long long)kplanes);
+    /* fp8 keys are widened into rows before a step; bf16 tiles pair dimensions */
+    int tiles = f == MS_KV_F32 || (f == MS_KV_BF16 && plane % 2 == 0);
+    if (tiles && kplanes && cap % MS_KV_TILE)
+        return ms_err_set(err, MS_E_ARG, "a KV cache of %lld positions is not a whole number "
+                          "of tiles of %d", (long long)cap, MS_KV_TILE);
+    kv->tiled = tiles ? kplanes : 0;
     kv->fmt = f;
     kv->cap = cap;
     kv->row = row;
@@ -81,6 +90,16 @@ void ms_kv_write(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t 
 
 static void write_span(ms_kv *kv, int64_t pos, int64_t off, const float *src, int64_t n)
 {
+    if (ms_kv_tiled(kv, off)) { /* a row's elements lie apart in their tile */
+        for (int64_t i = 0; i < n; i++) {
+            int64_t at = ms_kv_index(kv, pos, off + i);
+            if (kv->fmt == MS_KV_F32)
+                ((float *)kv->data)[at] = src[i];
+            else
+                ((uint16_t *)kv->data)[at] = ms_f32_to_bf16(src[i]);
+        }
+        return;
+    }
     void *dst = (void *)ms_kv_elems(kv, pos, off);
     switch (kv->fmt) {
     case MS_KV_F32:

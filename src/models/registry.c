@@ -48,7 +48,8 @@ void *ms_model_alloc(size_t size, const ms_family *fam, int n_layers, ms_err *er
     m->kv_window = ms_calloc((size_t)n_layers, sizeof *m->kv_window, "kv table", err);
     m->kv_group = ms_calloc((size_t)n_layers, sizeof *m->kv_group, "kv table", err);
     m->kv_plane = ms_calloc((size_t)n_layers, sizeof *m->kv_plane, "kv table", err);
-    if (!m->kv_row || !m->kv_window || !m->kv_group || !m->kv_plane) {
+    m->kv_kplanes = ms_calloc((size_t)n_layers, sizeof *m->kv_kplanes, "kv table", err);
+    if (!m->kv_row || !m->kv_window || !m->kv_group || !m->kv_plane || !m->kv_kplanes) {
         ms_model_free(m);
         return NULL;
     }
@@ -97,5 +98,6 @@ void ms_model_free(ms_model *m)
     free(m->kv_window);
     free(m->kv_group);
     free(m->kv_plane);
+    free(m->kv_kplanes);
     free(m);
 }

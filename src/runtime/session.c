@@ -27,8 +27,8 @@ static int alloc_kv(ms_session *s, ms_err *err)
             s->kv[l] = (ms_kv){.fmt = s->kv_fmt, .cap = cap};
             continue;
         }
-        if (ms_kv_alloc(&s->kv[l], s->kv_fmt, cap, m->kv_row[l], m->kv_plane[l], m->kv_group[l],
-                        err))
+        if (ms_kv_alloc(&s->kv[l], s->kv_fmt, cap, m->kv_row[l], m->kv_plane[l],
+                        m->kv_kplanes[l], m->kv_group[l], err))
             return -1;
     }
     return 0;

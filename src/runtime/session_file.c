@@ -7,7 +7,7 @@
  * model identity, context, position, vocabulary, layers, KV format, whether
  * logits are held, the layers held, whether ids are held), the ids, the
  * logits, then per layer its ring geometry and, plane by plane, the slots
- * in use; last an FNV-1a checksum of all that precedes it. A pipeline
+ * in use as stored (whole tiles; f32 and bf16 keys tiled since v3); last an FNV-1a checksum of all that precedes it. A pipeline
  * stage's part holds only its layers (no ids, no logits) in a file of its
  * own; the first engine asks the others for theirs (ms_stage_link.file)
  * and writes its own last. The identity hashes the checkpoint folder's
@@ -30,7 +30,7 @@
 #include "runtime/engine.h"
 #include "runtime/session.h"
 
-static const char magic[8] = {'M', 'S', 'K', 'V', 'v', '2', 0, 0};
+static const char magic[8] = {'M', 'S', 'K', 'V', 'v', '3', 0, 0};
 
 /* layer0, layer1: the layers whose caches the file holds (a pipeline
  * stage's); have_ids: whether the ids (and logits) are in it (the engine
@@ -105,10 +105,12 @@ static int get(io *o, void *p, size_t n)
 
 /* The slots in use of layer kv holding positions [0, pos): plane by plane,
  * the first min(pos, cap) slots (a ring's slots are in position % cap
- * order, the same in the session it comes back to). */
+ * order, the same in the session it comes back to), in whole tiles (a
+ * tiled plane's last tile holds its positions among the others'). */
 static int64_t used_slots(const ms_kv *kv, int64_t pos)
 {
-    return pos < kv->cap ? pos : kv->cap;
+    int64_t slots = (pos + MS_KV_TILE - 1) / MS_KV_TILE * MS_KV_TILE;
+    return slots < kv->cap ? slots : kv->cap;
 }
 
 static void put_layer(io *o, const ms_kv *kv, int64_t pos)

@@ -293,6 +293,144 @@ static void case_bf16_rows(void)
     }
 }
 
+/* Keys in tiles (kvcache.h), f32 or bf16, give the bits the same keys in
+ * rows give (rows: checked against float64 above), for groups that go by
+ * the transposed keys and by the transposed queries alike; the keys past
+ * n in the last tile are NaN and must not reach any result. The fast
+ * table runs it over bf16 only (its step over f32 is the exact one). */
+static void tiled_keys(int bf16)
+{
+    enum { NB = 36, T = MS_KV_TILE };
+    static const int dims[][3] = {{64, 64, 50}, {16, 16, 64}, {40, 24, 7}, {64, 64, 33}};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        int dk = dims[di][0], dv = dims[di][1], n = dims[di][2], nt = (n + T - 1) / T * T;
+        float *kr = malloc((size_t)n * dk * 4), *kt = malloc((size_t)nt * dk * 4);
+        float *v = malloc((size_t)n * dv * 4), *q = malloc((size_t)NB * dk * 4);
+        float *st[2][NB], *s = malloc((size_t)ms_attn_scratch(dk) * 4);
+        uint16_t *krh = (uint16_t *)kr, *kth = (uint16_t *)kt, *vh = (uint16_t *)v;
+        for (int i = 0; i < nt * dk; i++)
+            kt[i] = NAN; /* bf16: two NaN halves */
+        for (int p = 0; p < n; p++)
+            for (int d = 0; d < dk; d++) {
+                float x = sym(1.0);
+                if (bf16)
+                    kth[(p - p % T) * dk + 2 * ((d / 2) * T + p % T) + d % 2] = krh[p * dk + d] =
+                        ms_f32_to_bf16(x);
+                else
+                    kt[(p - p % T) * dk + d * T + p % T] = kr[p * dk + d] = x;
+            }
+        for (int i = 0; i < n * dv; i++) {
+            float x = sym(1.0);
+            if (bf16)
+                vh[i] = ms_f32_to_bf16(x);
+            else
+                v[i] = x;
+        }
+        for (int i = 0; i < NB * dk; i++)
+            q[i] = sym(1.0);
+        const float *qs[NB];
+        int lo[NB], hi[NB];
+        for (int w = 0; w < NB; w++) { /* 16 wide, 4 over another range, 16 wide */
+            int other = w >= 16 && w < 20;
+            qs[w] = q + (int64_t)w * dk;
+            lo[w] = other ? n / 3 : 0;
+            hi[w] = other ? n - n / 4 : n;
+        }
+        for (int r = 0; r < 2; r++) {
+            for (int w = 0; w < NB; w++) {
+                st[r][w] = calloc((size_t)(2 + dv), 4);
+                st[r][w][0] = -INFINITY;
+            }
+            ms_attn_step a = {.nq = NB, .n = n, .dk = dk, .dv = dv, .scale = 0.1f,
+                              .k = r ? kt : kr, .v = v, .ldk = dk, .ldv = dv, .q = qs,
+                              .lo = lo, .hi = hi, .st = st[r], .s = s, .ktiled = r,
+                              .bf16 = bf16};
+            cur->attn(&a);
+        }
+        int same = 1, finite = 1;
+        for (int w = 0; w < NB; w++) {
+            same &= memcmp(st[0][w], st[1][w], (size_t)(2 + dv) * 4) == 0;
+            for (int i = 0; i < 2 + dv; i++)
+                finite &= isfinite(st[1][w][i]);
+        }
+        CHECK(finite, "%s dk %d dv %d n %d: the NaN keys past n in the last tile reached a "
+              "result", bf16 ? "bf16" : "f32", dk, dv, n);
+        CHECK(same, "%s dk %d dv %d n %d: tiled keys give other bits than rows",
+              bf16 ? "bf16" : "f32", dk, dv, n);
+        for (int r = 0; r < 2; r++)
+            for (int w = 0; w < NB; w++)
+                free(st[r][w]);
+        free(kr);
+        free(kt);
+        free(v);
+        free(q);
+        free(s);
+    }
+}
+
+static void case_tiled_keys(void)
+{
+    tiled_keys(0);
+    tiled_keys(1);
+}
+
+static void case_tiled_bf16(void)
+{
+    tiled_keys(1);
+}
+
+/* The cache's layout: f32 and bf16 key planes in tiles at the index
+ * kvcache.h states, value planes in rows; what is written reads back from
+ * its index in every case, across the ring. fp8 keys stay rows. */
+static void case_kv_tiles(void)
+{
+    enum { CAP = 64, PLANE = 8, PLANES = 4, KPL = 2, T = MS_KV_TILE };
+    static const ms_kvfmt fs[] = {MS_KV_F32, MS_KV_BF16};
+    float row[PLANES * PLANE];
+    for (size_t i = 0; i < 2; i++) {
+        ms_kv kv;
+        ms_err e;
+        CHECK(ms_kv_alloc(&kv, fs[i], CAP, PLANES * PLANE, PLANE, KPL, PLANE, &e) == 0,
+              "alloc %s", ms_kvfmt_name(fs[i]));
+        CHECK(kv.tiled == KPL, "%s: %lld tiled planes", ms_kvfmt_name(fs[i]),
+              (long long)kv.tiled);
+        int bad_index = 0, bad_value = 0;
+        for (int64_t pos = 40; pos < 40 + CAP; pos++) { /* wraps past CAP */
+            for (int k = 0; k < PLANES * PLANE; k++)
+                row[k] = (float)(pos * 100 + k); /* exact in bf16 only below 256 */
+            ms_kv_write(&kv, pos, 0, row, PLANES * PLANE);
+            int64_t sl = pos % CAP;
+            for (int k = 0; k < PLANES * PLANE; k++) {
+                int64_t p = k / PLANE, el = k % PLANE, want;
+                if (p < KPL && fs[i] == MS_KV_BF16)
+                    want = (p * CAP + sl - sl % T) * PLANE + 2 * ((el / 2) * T + sl % T) + el % 2;
+                else if (p < KPL)
+                    want = (p * CAP + sl - sl % T) * PLANE + el * T + sl % T;
+                else
+                    want = (p * CAP + sl) * PLANE + el;
+                bad_index += ms_kv_index(&kv, pos, k) != want;
+                float got = fs[i] == MS_KV_F32 ? ((const float *)kv.data)[want]
+                                               : ms_bf16_to_f32(((const uint16_t *)kv.data)[want]);
+                bad_value += got != (fs[i] == MS_KV_F32 ? row[k]
+                                                         : ms_bf16_to_f32(ms_f32_to_bf16(row[k])));
+            }
+        }
+        CHECK(!bad_index, "%s: %d elements at another index", ms_kvfmt_name(fs[i]), bad_index);
+        CHECK(!bad_value, "%s: %d elements read back wrong", ms_kvfmt_name(fs[i]), bad_value);
+        ms_kv_free(&kv);
+    }
+    ms_kv kv;
+    ms_err e;
+    CHECK(ms_kv_alloc(&kv, MS_KV_F32, 40, 32, 8, 2, 8, &e) == -1, "a tiled cache of 40 positions "
+          "was allowed");
+    CHECK(ms_kv_alloc(&kv, MS_KV_FP8, 64, 32, 8, 2, 8, &e) == 0 && kv.tiled == 0,
+          "fp8 keys in tiles");
+    ms_kv_free(&kv);
+    CHECK(ms_kv_alloc(&kv, MS_KV_BF16, 64, 30, 5, 3, 5, &e) == 0 && kv.tiled == 0,
+          "bf16 keys of odd dimension in tiles");
+    ms_kv_free(&kv);
+}
+
 /* e4m3 encoding: round to nearest even against every code's value. */
 static void case_e4m3_encode(void)
 {
@@ -324,7 +462,7 @@ static void case_kv_roundtrip(void)
     for (size_t i = 0; i < 3; i++) {
         ms_kv kv;
         ms_err e;
-        CHECK(ms_kv_alloc(&kv, fs[i].f, 128, 128, 128, 64, &e) == 0, "alloc %s", ms_kvfmt_name(fs[i].f));
+        CHECK(ms_kv_alloc(&kv, fs[i].f, 128, 128, 128, 0, 64, &e) == 0, "alloc %s", ms_kvfmt_name(fs[i].f));
         ms_kv_write(&kv, 200, 0, row, 128); /* slot 200 % 128 */
         cur->widen(kv.fmt, ms_kv_elems(&kv, 200, 0), ms_kv_scales(&kv, 200, 0), kv.group, 128,
                    back);
@@ -437,6 +575,7 @@ int main(void)
         RUN(case_widen)
         RUN(case_kv_roundtrip)
         RUN(case_bf16_rows)
+        RUN(case_tiled_keys)
 #undef RUN
     }
     cur = ms_kernels_avx512_bf16();
@@ -445,9 +584,11 @@ int main(void)
     } else {
         t_run_case("fast_bf16_avx512-bf16-fast", case_fast_bf16);
         t_run_case("fast_path_avx512-bf16-fast", case_fast_path);
+        t_run_case("tiled_keys_avx512-bf16-fast", case_tiled_bf16);
         /* what the fast table leaves to the exact step keeps its checks */
         t_run_case("softmax_avx512-bf16-fast", case_softmax);
     }
     t_run_case("e4m3_encode", case_e4m3_encode);
+    t_run_case("kv_tiles", case_kv_tiles);
     return t_finish();
 }
