@@ -178,7 +178,7 @@ static const cli_opt opts[] = {
      NULL, 0, NULL, "context in tokens (default: sized from memory, at most the model's)"},
     {"--kv", NULL, T_CHOICE, G_CONTEXT, ENG & ~B(CMD_PLAN), AT(kv), "F", 0, 0,
      "auto|f32|bf16|fp8", 0, "auto",
-     "KV cache format; auto: f32 when the context fits, else bf16 (said on stderr)"},
+     "KV cache format; auto: f32 when the context fits, else bf16, and bf16 under --precision fast (said on stderr)"},
     {"--feed", NULL, T_INT, G_CONTEXT, B(CMD_RUN) | B(CMD_LOGITS), AT(feed), "N", 1, INT32_MAX,
      NULL, 0, NULL, "evaluate the prompt N tokens per call (tests; the result is the same)"},
 

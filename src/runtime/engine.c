@@ -25,7 +25,10 @@ int64_t ms_kv_bytes_per_token(const ms_model *m, ms_kvfmt f)
  * of the memory available now, so that weights and experts keep the rest),
  * else in bf16, else the longest bf16 context that fits; what was reduced
  * is said once. An explicit --ctx is kept (place_experts refuses what
- * cannot fit at all) and gets f32 when it fits the budget, else bf16. */
+ * cannot fit at all) and gets f32 when it fits the budget, else bf16.
+ * Under --precision fast the cache is bf16 unless asked otherwise: fast
+ * rounds activations to bf16 already, and only over a bf16 cache does its
+ * attention run in bf16 too (said once). */
 static void choose_context(ms_engine *eng, const ms_engine_opts *o)
 {
     const ms_model *m = eng->model;
@@ -41,7 +44,11 @@ static void choose_context(ms_engine *eng, const ms_engine_opts *o)
     int64_t p32 = ms_kv_bytes_per_token(m, MS_KV_F32);
     ms_kvfmt f = o->kv_format > 0 ? (ms_kvfmt)(o->kv_format - 1) : MS_KV_F32;
     const char *why = NULL;
-    if (o->kv_format <= 0 && avail && (uint64_t)(p32 * ctx) > budget) {
+    if (o->kv_format <= 0 && o->precision == MS_PRECISION_FAST) {
+        f = MS_KV_BF16;
+        ms_logf(&eng->log, "KV cache bf16: under --precision fast attention runs in bf16 over "
+                "it (--kv f32 keeps the float32 cache)");
+    } else if (o->kv_format <= 0 && avail && (uint64_t)(p32 * ctx) > budget) {
         f = MS_KV_BF16;
         why = "f32 would not fit";
     }

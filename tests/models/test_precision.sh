@@ -5,8 +5,9 @@
 # columns for MXFP4 weights, AVX512-VNNI byte dot products, else AVX2's). For each: its
 # deviation from the reference logits, measured and printed
 # (tools/oracle/deviation.py: max |dlogit|, relative to max |ref|, argmax
-# agreement, KL per position) and held to bounds (fast also over a bf16 KV
-# cache, where it runs attention in bf16 too); the path really ran (its
+# agreement, KL per position) and held to bounds (fast over an f32 KV cache
+# and over a bf16 one, where it runs attention in bf16 too: its cache when
+# --kv is not given, said on stderr); the path really ran (its
 # logits differ from the exact ones where the fixture has weights it
 # changes, and equal them bit for bit where it has none: int8 leaves every
 # format but MXFP4 exact); and thread count, feeding token by token and
@@ -70,12 +71,14 @@ for P in fast int8; do
     echo "SKIP ${P}_deviation: this CPU lacks $need ($("$BIN" --version))"
     continue
   fi
-  echo "     fixture                  max|dlogit|  (rel)  argmax  KL mean  KL max   [precision $P]"
+  kv=; [ $P = fast ] && kv="--kv f32" # fast's own default cache is checked below
+  echo "     fixture                  max|dlogit|  (rel)  argmax  KL mean  KL max   [precision $P${kv:+ $kv}]"
   for f in $FIXTURES; do
     FX=$FIXROOT/$f
     if [ ! -d "$FX" ]; then fail ${f}_fixture_present "no fixture folder $FX"; continue; fi
     V=$(vocab_of "$FX")
-    if ! "$BIN" logits "$FX" --prompt-ids "$FX/tokens.txt" --out "$W/$f.$P.f32" --precision $P 2>"$W/err"; then
+    if ! "$BIN" logits "$FX" --prompt-ids "$FX/tokens.txt" --out "$W/$f.$P.f32" --precision $P $kv \
+        2>"$W/err"; then
       fail ${f}_${P}_logits "$(tail -2 "$W/err")"; continue
     fi
     [ -f "$W/$f.exact.f32" ] ||
@@ -91,7 +94,7 @@ for P in fast int8; do
     else
       check ${f}_${P}_other_formats_exact cmp "$W/$f.$P.f32" "$W/$f.exact.f32"
     fi
-    "$BIN" logits "$FX" --prompt-ids "$FX/tokens.txt" --out "$W/$f.${P}1.f32" --precision $P \
+    "$BIN" logits "$FX" --prompt-ids "$FX/tokens.txt" --out "$W/$f.${P}1.f32" --precision $P $kv \
       --threads 1 --feed 1 --cache-slots "$(topk_of "$FX")" 2>/dev/null
     check ${f}_${P}_threads_feed_eviction_bit_identical cmp "$W/$f.${P}1.f32" "$W/$f.$P.f32"
     [ $P = fast ] || continue
@@ -116,6 +119,14 @@ for P in fast int8; do
     "$BIN" logits "$FX" --prompt-ids "$FX/tokens.txt" --out "$W/$f.fastkv1.f32" --precision fast \
       --kv bf16 --threads 1 --feed 1 2>/dev/null
     check ${f}_fast_kv_bf16_threads_feed_bit_identical cmp "$W/$f.fastkv1.f32" "$W/$f.fastkv.f32"
+    # asked for no format, fast takes the bf16 cache and says so
+    "$BIN" logits "$FX" --prompt-ids "$FX/tokens.txt" --out "$W/$f.fastauto.f32" --precision fast \
+      2>"$W/err"
+    if cmp -s "$W/$f.fastauto.f32" "$W/$f.fastkv.f32" && grep -q "KV cache bf16: under --precision fast" "$W/err"; then
+      pass ${f}_fast_default_kv_bf16
+    else
+      fail ${f}_fast_default_kv_bf16 "other logits than --kv bf16, or not said: $(head -2 "$W/err")"
+    fi
   done
 done
 [ "$fails" -eq 0 ]
