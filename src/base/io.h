@@ -19,6 +19,8 @@ typedef struct ms_io_req {
     void *buf;
     int64_t res;        /* set on completion */
     void *user;         /* caller's tag */
+    int urgent;         /* someone waits for it: ahead of the reads queued (io_uring with
+                         * pieces; the other backends read in submission order) */
 } ms_io_req;
 
 typedef struct ms_io ms_io;
@@ -42,9 +44,17 @@ struct ms_io {
     int inflight;       /* submitted, not yet returned by wait */
 };
 
-/* io_uring with `depth` entries; fails (err says why) where io_uring is
- * unavailable, so the caller can choose the thread pool and say so. */
-int ms_io_open_uring(int depth, ms_io **out, ms_err *err);
+/* io_uring with at most `depth` reads in flight; fails (err says why) where
+ * io_uring is unavailable, so the caller can choose the thread pool and say
+ * so. piece > 0 (a multiple of 4096): a request longer than that is read
+ * as pieces of piece bytes, queued in order behind the requests before it,
+ * and completes when all have (res: the bytes read without a gap from its
+ * start, or -errno when its first piece failed); a thread of the backend
+ * reaps and refills the ring as each read completes, so the window keeps
+ * moving while the caller computes. With a small depth the requests of a
+ * queue then arrive one after the other at the disk's bandwidth, instead
+ * of all together at the end (docs/perf.md, "Where the disk idles"). */
+int ms_io_open_uring(int depth, uint64_t piece, ms_io **out, ms_err *err);
 
 /* n_threads workers doing pread. */
 int ms_io_open_threads(int n_threads, ms_io **out, ms_err *err);

@@ -56,7 +56,7 @@ typedef struct ms_expert_opts {
     uint64_t budget;        /* cache: bytes for expert slots (>= one expert) */
     int slots;              /* cache: > 0 sizes the cache in experts instead of bytes */
     int io_threads;         /* cache: 0 = io_uring; > 0 = pread pool of that size */
-    int io_depth;           /* cache: io_uring entries (default 64) */
+    int io_depth;           /* cache: io_uring reads in flight (default 3 of 4 MB) */
     int read_depth;         /* cache: a batch's experts read at once (default 2) */
     int buffered;           /* cache: 1 = never try O_DIRECT */
     ms_io *io;              /* tests: use this backend (the store takes ownership) */

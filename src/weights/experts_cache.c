@@ -18,6 +18,9 @@
 
 enum { SLOT_EMPTY = 0, SLOT_LOADING, SLOT_READY, SLOT_FAILED };
 
+#define READ_PIECE (4u << 20) /* io_uring reads of at most this, in order */
+#define READ_WINDOW 3         /* of them in flight */
+
 typedef struct slot {
     int32_t layer, expert;          /* key; -1 when empty */
     int state, refs, pending;
@@ -146,7 +149,7 @@ static int load(ms_expert_store *st, int i, int layer, int e, int by_prefetch, m
     for (int g = 0; g < s->n_seg; g++) {
         ms_io_req *r = &s->req[g];
         *r = (ms_io_req){c->fd[s->seg[g].file], s->seg[g].off, s->seg[g].len,
-                         s->buf + s->seg[g].dst, 0, s};
+                         s->buf + s->seg[g].dst, 0, s, !by_prefetch};
         if (ms_io_submit(c->io, r, err))
             return -1;
     }
@@ -461,7 +464,11 @@ static int open_backend(ms_expert_store *st, const ms_expert_opts *o, ms_err *er
     if (o->io_threads > 0)
         return ms_io_open_threads(o->io_threads, &c->io, err);
     ms_err e2;
-    if (ms_io_open_uring(o->io_depth > 0 ? o->io_depth : 64, &c->io, &e2) == 0)
+    /* 3 reads of 4 MB in flight, in order: an expert's bytes arrive before the
+     * next one's, so it computes while the next reads (docs/perf.md, "Where
+     * the disk idles"); demand reads go ahead of prefetches */
+    if (ms_io_open_uring(o->io_depth > 0 ? o->io_depth : READ_WINDOW, READ_PIECE, &c->io,
+                         &e2) == 0)
         return 0;
     ms_logf(&st->log, "%s; reading experts with 4 pread threads instead", e2.msg);
     return ms_io_open_threads(4, &c->io, err);

@@ -41,7 +41,7 @@ int ms_expert_store_probe(const ms_expert_store *st, const ms_checkpoint *ck, in
         if (fd[f] < 0)
             fd[f] = ck->files[f].fd;
     }
-    if (ms_io_open_uring(depth * MS_EXPERT_MAX_SEGS, &io, err) &&
+    if (ms_io_open_uring(depth * MS_EXPERT_MAX_SEGS, 0, &io, err) &&
         ms_io_open_threads(depth, &io, err))
         goto out;
     uint64_t bytes = 0;
@@ -59,7 +59,7 @@ int ms_expert_store_probe(const ms_expert_store *st, const ms_checkpoint *ck, in
             for (int g = 0; g < ns; g++) {
                 ms_io_req *r = &req[b * MS_EXPERT_MAX_SEGS + g];
                 *r = (ms_io_req){fd[segs[g].file], segs[g].off, segs[g].len, dst + segs[g].dst, 0,
-                                 (void *)(intptr_t)b};
+                                 (void *)(intptr_t)b, 0};
                 if (ms_io_submit(io, r, err))
                     goto out;
             }
