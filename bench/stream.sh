@@ -24,7 +24,7 @@ PROMPT=${PROMPT:-32}
 N=${N:-32}
 PREFILL=${PREFILL:-256}
 MEMLIMIT=${MEMLIMIT:-../shared/tools/memlimit}
-BIN=./moestream
+BIN=${BIN:-./moestream} # another build for an A/B
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
