@@ -145,6 +145,20 @@ AI void xa_scores(const ms_attn_step *a, int m, int kind, const float *const *q,
     *pfp = cur;
 }
 
+/* xa_scores with m (1..XA_GROUP) made a constant for each count, kind a
+ * constant where inlined. */
+AI void xa_scores_m(const ms_attn_step *a, int m, int kind, const float *const *q,
+                    const float *kt, int base, int lo, int hi, float *const *s, XV *vmax,
+                    xa_pf *pf)
+{
+    switch (m) {
+#define XA_S(M)                                                                      \
+    case M: xa_scores(a, M, kind, q, kt, base, lo, hi, s, vmax, pf); break;
+        XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
+#undef XA_S
+    }
+}
+
 /* qt[d * XW + w] = q[w][d] for the XW queries, d < dk. */
 AI void xa_queries_t(int dk, const float *const *q, float *qt)
 {
@@ -300,19 +314,9 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
         else
             xa_scores_wide(a, 0, k, ldk, qt, base, lo, hi, s, vmax, pf);
     } else if (a->ktiled && a->bf16) {
-        switch (m) {
-#define XA_S(M)                                                                      \
-    case M: xa_scores(a, M, XA_TILES_BF16, q, a->k, base, lo, hi, s, vmax, pf); break;
-            XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
-#undef XA_S
-        }
+        xa_scores_m(a, m, XA_TILES_BF16, q, a->k, base, lo, hi, s, vmax, pf);
     } else if (a->ktiled) {
-        switch (m) {
-#define XA_S(M)                                                                      \
-    case M: xa_scores(a, M, XA_TILES_F32, q, a->k, base, lo, hi, s, vmax, pf); break;
-            XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
-#undef XA_S
-        }
+        xa_scores_m(a, m, XA_TILES_F32, q, a->k, base, lo, hi, s, vmax, pf);
     } else {
         /* the transpose goes where a wide group keeps its widened keys */
         float *kt = a->s + XA_GROUP * (MS_ATTN_CHUNK + 64);
@@ -321,12 +325,7 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
             xa_keys_t(a, 1, base, hi, kt);
         else
             xa_keys_t(a, 0, base, hi, kt);
-        switch (m) {
-#define XA_S(M)                                                                      \
-    case M: xa_scores(a, M, XA_KT, q, kt, base, lo, hi, s, vmax, pf); break;
-            XA_S(1) XA_S(2) XA_S(3) XA_S(4) XA_S(5) XA_S(6) XA_S(7) XA_S(8)
-#undef XA_S
-        }
+        xa_scores_m(a, m, XA_KT, q, kt, base, lo, hi, s, vmax, pf);
     }
     for (int w = 0; w < m; w++) {
         float *st = a->st[i0 + w];
