@@ -76,6 +76,11 @@ static ms_io_req *untag(ms_io_req *t)
     return (ms_io_req *)((uintptr_t)t & ~PIECE_TAG);
 }
 
+static ms_io_req *tag(ms_io_req *p)
+{
+    return (ms_io_req *)((uintptr_t)p | PIECE_TAG);
+}
+
 static int is_piece(const ms_io_req *t)
 {
     return ((uintptr_t)t & PIECE_TAG) != 0;
@@ -152,6 +157,15 @@ static int uring_queue(uring_io *u, ms_io_req *t, int urgent, ms_err *err)
     return uring_push(u, t, err);
 }
 
+/* The ring filled from the backlog while there is room. */
+static int refill(uring_io *u, ms_err *err)
+{
+    while (u->in_ring < u->depth && u->backlog.n)
+        if (uring_push(u, fifo_pop(&u->backlog), err))
+            return -1;
+    return 0;
+}
+
 static void *reaper_main(void *arg);
 static int queue_pieces(uring_io *u, ms_io_req *r, ms_err *err);
 
@@ -201,13 +215,13 @@ static int queue_pieces(uring_io *u, ms_io_req *r, ms_err *err)
      * end (the pieces queued keep s) */
     int i = 0;
     for (; i < n && u->in_ring < u->depth && !u->backlog.n; i++)
-        if (uring_push(u, (ms_io_req *)((uintptr_t)&s->piece[i] | PIECE_TAG), err))
+        if (uring_push(u, tag(&s->piece[i]), err))
             return -1;
     for (int j = n - 1; r->urgent && j >= i; j--)
-        if (fifo_push_front(&u->backlog, (ms_io_req *)((uintptr_t)&s->piece[j] | PIECE_TAG)))
+        if (fifo_push_front(&u->backlog, tag(&s->piece[j])))
             return ms_err_set(err, MS_E_NOMEM, "io backlog");
     for (; !r->urgent && i < n; i++)
-        if (fifo_push(&u->backlog, (ms_io_req *)((uintptr_t)&s->piece[i] | PIECE_TAG)))
+        if (fifo_push(&u->backlog, tag(&s->piece[i])))
             return ms_err_set(err, MS_E_NOMEM, "io backlog");
     return 0;
 }
@@ -274,12 +288,10 @@ static void *reaper_main(void *arg)
             pthread_cond_broadcast(&u->done_cv);
         }
         ms_err e;
-        while (!stop && u->in_ring < u->depth && u->backlog.n)
-            if (uring_push(u, fifo_pop(&u->backlog), &e)) {
-                u->reap_err = -EIO;
-                pthread_cond_broadcast(&u->done_cv);
-                break;
-            }
+        if (!stop && refill(u, &e)) {
+            u->reap_err = -EIO;
+            pthread_cond_broadcast(&u->done_cv);
+        }
         int done = stop && u->in_ring == 0;
         pthread_mutex_unlock(&u->mu);
         if (done)
@@ -316,27 +328,14 @@ static int uring_wait(ms_io *io, ms_io_req **done, int max, int block, ms_err *e
         }
         if (rc < 0)
             return ms_err_set(err, MS_E_IO, "io_uring_wait_cqe: %s", strerror(-rc));
-        ms_io_req *t = io_uring_cqe_get_data(cqe), *r = t;
-        int64_t res = cqe->res;
+        ms_io_req *r = io_uring_cqe_get_data(cqe); /* whole: pieces go to the reaper */
+        r->res = cqe->res;
         io_uring_cqe_seen(&u->ring, cqe);
         u->in_ring--;
-        if (is_piece(t))
-            r = piece_done(untag(t), res);
-        else
-            r->res = res;
-        if (r) {
-            io->inflight--;
-            done[n++] = r;
-        }
-        /* refill as each completes: the rest of a request may be behind */
-        while (u->in_ring < u->depth && u->backlog.n)
-            if (uring_push(u, fifo_pop(&u->backlog), err))
-                return -1;
+        io->inflight--;
+        done[n++] = r;
     }
-    while (u->in_ring < u->depth && u->backlog.n)
-        if (uring_push(u, fifo_pop(&u->backlog), err))
-            return -1;
-    return n;
+    return refill(u, err) ? -1 : n;
 }
 
 static void uring_close(ms_io *io)
@@ -366,10 +365,7 @@ static void uring_close(ms_io *io)
         struct io_uring_cqe *cqe;
         if (io_uring_wait_cqe(&u->ring, &cqe))
             break;
-        ms_io_req *t = io_uring_cqe_get_data(cqe);
-        if (is_piece(t))
-            piece_done(untag(t), cqe->res);
-        io_uring_cqe_seen(&u->ring, cqe);
+        io_uring_cqe_seen(&u->ring, cqe); /* (with pieces the reaper emptied the ring) */
         u->in_ring--;
     }
     for (ms_io_req *t; (t = fifo_pop(&u->backlog));) /* never read */
