@@ -78,8 +78,15 @@ typedef void (*ms_rows_fn)(const ms_mat *w, const float *X, int n, int64_t ldx,
  * (amax / 448). */
 typedef enum ms_kvfmt { MS_KV_F32 = 0, MS_KV_BF16, MS_KV_FP8, MS_KV_COUNT } ms_kvfmt;
 
-/* Keys per chunk of attention: the unit of one online-softmax step. */
-#define MS_ATTN_CHUNK 64
+/* Keys per chunk of attention: the unit of one online-softmax step (256:
+ * a step's fixed costs per query, its softmax bookkeeping and the caller's
+ * setup, were 15% of a 64-key step; docs/perf.md, "Long context"). */
+#define MS_ATTN_CHUNK 256
+
+/* Floats per query of a step's score rows (ms_attn_step.s): the chunk's
+ * scores from a multiple of the vector width below lo, then, in the fast
+ * step, their bf16 weights. */
+#define MS_ATTN_SROW (2 * MS_ATTN_CHUNK)
 
 /* Positions per tile of keys stored dimension-major (kvcache.h); divides
  * MS_ATTN_CHUNK. */
@@ -120,11 +127,12 @@ typedef struct ms_attn_step {
     int64_t next_bytes[2];
 } ms_attn_step;
 
-/* Floats of ms_attn_step.s for keys of dk dimensions: scores of a group of
- * up to 8 queries and the chunk's keys transposed. */
+/* Floats of ms_attn_step.s for keys of dk dimensions: score rows of a
+ * group of up to 16 queries, then the chunk's keys transposed (or widened)
+ * and the group's queries. */
 static inline int64_t ms_attn_scratch(int dk)
 {
-    return 8 * (MS_ATTN_CHUNK + 64) + (int64_t)(dk + 16) * (MS_ATTN_CHUNK + 16);
+    return 16 * MS_ATTN_SROW + (int64_t)(dk + 16) * (MS_ATTN_CHUNK + 16);
 }
 
 typedef struct ms_kernel_ops {

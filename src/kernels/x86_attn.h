@@ -273,13 +273,13 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
     XV vmax[XA_MAX];
     for (int w = 0; w < m; w++) {
         q[w] = a->q[i0 + w];
-        s[w] = a->s + w * (MS_ATTN_CHUNK + 64);
+        s[w] = a->s + w * MS_ATTN_SROW;
         acc[w] = a->st[i0 + w] + 2;
         vmax[w] = xv_set1(-INFINITY);
     }
     if (m == XA_WIDE) {
         /* scratch: the scores, the queries transposed, bf16 keys widened */
-        float *qt = a->s + XA_WIDE * (MS_ATTN_CHUNK + 64), *kf = qt + (int64_t)XA_WIDE * dk;
+        float *qt = a->s + XA_WIDE * MS_ATTN_SROW, *kf = qt + (int64_t)XA_WIDE * dk;
         xa_queries_t(dk, q, qt);
         const float *k = a->k;
         int64_t ldk = a->ldk;
@@ -319,7 +319,7 @@ static void xa_group(const ms_attn_step *a, int i0, int m, xa_pf *pf, int *widen
         xa_scores_m(a, m, XA_TILES_F32, q, a->k, base, lo, hi, s, vmax, pf);
     } else {
         /* the transpose goes where a wide group keeps its widened keys */
-        float *kt = a->s + XA_GROUP * (MS_ATTN_CHUNK + 64);
+        float *kt = a->s + XA_GROUP * MS_ATTN_SROW;
         *widened = 0;
         if (a->bf16)
             xa_keys_t(a, 1, base, hi, kt);

@@ -190,7 +190,7 @@ static void fa_group(const ms_attn_step *a, int i0, int m, int dh, const uint32_
     __m512 vmax[FA_Q];
     for (int w = 0; w < m; w++) {
         fa_query(a->q[i0 + w], a->dk, qb + (int64_t)w * dh);
-        s[w] = a->s + w * (MS_ATTN_CHUNK + 64);
+        s[w] = a->s + w * MS_ATTN_SROW;
         eb[w] = (const uint16_t *)(s[w] + MS_ATTN_CHUNK); /* the bf16 weights */
         acc[w] = a->st[i0 + w] + 2;
         vmax[w] = _mm512_set1_ps(-INFINITY);
@@ -243,7 +243,7 @@ static void attn_fast(const ms_attn_step *a)
     int dh = a->dk / 2;
     /* scratch: FA_Q score rows (bf16 weights in their upper halves), the
      * keys as pairs, the group's queries as pairs */
-    uint32_t *kt = (uint32_t *)(a->s + FA_Q * (MS_ATTN_CHUNK + 64));
+    uint32_t *kt = (uint32_t *)(a->s + FA_Q * MS_ATTN_SROW);
     uint32_t *qb = kt + (int64_t)MS_ATTN_CHUNK * dh;
     xa_pf pf = xa_pf_of(a);
     if (a->ktiled)

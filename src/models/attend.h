@@ -17,7 +17,7 @@
 
 #include "models/family.h"
 
-#define MS_ATTN_SPAN (64 * MS_ATTN_CHUNK) /* 4096 keys */
+#define MS_ATTN_SPAN (16 * MS_ATTN_CHUNK) /* 4096 keys */
 
 typedef struct ms_attend {
     int n_heads, n_kv_heads;  /* head h reads KV head h / (n_heads / n_kv_heads) */
