@@ -29,7 +29,7 @@ float *ms_scratch_get(ms_scratch *s, int64_t n, ms_err *err)
 }
 
 /* One pass: rows [t0, t0 + nt) of the call, in blocks; items are (block,
- * KV head, head group, span). */
+ * KV head, head group, run of consecutive spans). */
 typedef struct pass {
     const ms_attend *a;
     const ms_fwd *f;
@@ -42,6 +42,7 @@ typedef struct pass {
     int block, n_blocks;       /* rows per block */
     int heads, n_groups;       /* heads per item, items per KV head */
     int64_t n_spans;           /* spans a row of the pass may touch */
+    int64_t run;               /* consecutive spans per item (the last run may be shorter) */
     float *part;               /* [nt][n_heads][n_spans][2 + dv] */
     float *work;               /* per worker: tiles and scores */
     int64_t work_floats;
@@ -107,23 +108,26 @@ static void item_task(void *ctx, int64_t it, int worker)
 {
     const pass *p = ctx;
     const ms_attend *a = p->a;
-    int64_t s = it % p->n_spans, rest = it / p->n_spans;
+    int64_t runs = (p->n_spans + p->run - 1) / p->run;
+    int64_t s0 = it % runs * p->run, rest = it / runs;
+    int64_t s1 = s0 + p->run < p->n_spans ? s0 + p->run : p->n_spans; /* spans [s0, s1) */
     int hg = (int)(rest % p->n_groups), kvh = (int)(rest / p->n_groups % a->n_kv_heads);
     int64_t b = rest / p->n_groups / a->n_kv_heads, r0, r1;
     block_rows(p, b, &r0, &r1);
     int g = a->n_heads / a->n_kv_heads, h0 = kvh * g + hg * p->heads;
-    int64_t k0 = s * MS_ATTN_SPAN, k1 = k0 + MS_ATTN_SPAN; /* keys of the span */
+    int64_t k0 = s0 * MS_ATTN_SPAN, k1 = s1 * MS_ATTN_SPAN; /* keys of the run */
     int64_t lo_min = INT64_MAX, hi_max = -1;
     for (int64_t t = r0; t < r1; t++) {
         int64_t pos = ms_fwd_pos(p->f, t), lo = row_lo(a, pos);
         lo_min = lo < lo_min ? lo : lo_min;
         hi_max = pos > hi_max ? pos : hi_max;
-        if (lo < k1 && pos >= k0)
-            for (int j = 0; j < p->heads; j++) {
-                float *st = state(p, t, h0 + j, s);
-                st[0] = -INFINITY;
-                memset(st + 1, 0, (size_t)(1 + a->dv) * sizeof *st);
-            }
+        for (int64_t s = s0; s < s1; s++)
+            if (lo < (s + 1) * MS_ATTN_SPAN && pos >= s * MS_ATTN_SPAN)
+                for (int j = 0; j < p->heads; j++) {
+                    float *st = state(p, t, h0 + j, s);
+                    st[0] = -INFINITY;
+                    memset(st + 1, 0, (size_t)(1 + a->dv) * sizeof *st);
+                }
     }
     if (lo_min >= k1 || hi_max < k0)
         return;
@@ -147,7 +151,7 @@ static void item_task(void *ctx, int64_t it, int worker)
                 continue;
             for (int j = 0; j < p->heads; j++) {
                 qs[nq] = p->q + (t * a->n_heads + h0 + j) * p->ldq;
-                sts[nq] = state(p, t, h0 + j, s);
+                sts[nq] = state(p, t, h0 + j, c0 / MS_ATTN_SPAN);
                 los[nq] = (int)(l - c0);
                 his[nq] = (int)(h - c0 + 1);
                 n = his[nq] > n ? his[nq] : n;
@@ -168,7 +172,8 @@ static void item_task(void *ctx, int64_t it, int worker)
                              .k = k, .v = v, .ldk = ldk, .ldv = ldv, .q = qs, .lo = los,
                              .hi = his, .st = sts, .s = sbuf, .bf16 = raw,
                              .ktiled = ms_kv_tiled(kv, a->k_off + kvh * a->k_step)};
-        if (c < c_last) { /* the next chunk streams in while this one computes */
+        if (c < c_last) { /* the next chunk (of this span or the next) streams in while this
+                             one computes */
             step.next[0] = chunk_bytes(kv, c0 + MS_ATTN_CHUNK, a->k_off + kvh * a->k_step,
                                        a->dk, &step.next_bytes[0]);
             if (!v_in_k)
@@ -251,7 +256,13 @@ int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *
                (int64_t)p.n_blocks * a->n_kv_heads * (g / p.heads) * n_spans < 2 * threads)
             p.heads /= 2;
         p.n_groups = g / p.heads;
-        ms_pool_run((int64_t)p.n_blocks * a->n_kv_heads * p.n_groups * n_spans, item_task, &p);
+        /* a row's spans in one item where the (block, KV head, group)
+         * items alone are enough for the threads: a run streams on from one
+         * span's last chunk into the next span's first, asked for ahead
+         * like the others (the first chunk of an item is not) */
+        int64_t items = (int64_t)p.n_blocks * a->n_kv_heads * p.n_groups;
+        p.run = items >= 4 * threads ? n_spans : 1;
+        ms_pool_run(items * ((n_spans + p.run - 1) / p.run), item_task, &p);
         ms_pool_run(p.nt * a->n_heads, merge_task, &p);
     }
     f->timers->attn_kv += ms_now() - t0;
