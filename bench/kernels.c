@@ -22,7 +22,9 @@
  *
  * Usage: build/bench/kernels [MiB of weights per matrix, default 512]
  *        [--prefetch NEAR,FAR,LANES[,ROWS]] (bytes ahead, for sweeps: ms_prefetch)
- *        [--cols N] (row length, default 4096; a multiple of 64) */
+ *        [--cols N] (row length, default 4096; a multiple of 64)
+ *        [--batch N] (tokens of the batched column, default 8: prefill's
+ *        token groups; batched serving's steps are 2-4) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +35,7 @@
 #include "runtime/synth.h"
 
 static int64_t COLS = 4096; /* --cols */
-#define BATCH 8
+static int BATCH = 8;       /* --batch: tokens of the batched matmul */
 #define ROUNDS 5
 #define N_TABLES 7
 
@@ -196,8 +198,10 @@ static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const
 static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, times best,
                         const double *bw)
 {
+    char mm[32];
+    snprintf(mm, sizeof mm, "mm n=%d GB/s", BATCH);
     printf("%-16s %-10s %3s | %9s %8s %7s | %-12s %8s\n", "table", "format", "thr",
-           "mv GB/s", "GFLOP/s", "floor x", "mm n=8 GB/s", "GFLOP/s");
+           "mv GB/s", "GFLOP/s", "floor x", mm, "GFLOP/s");
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         for (int k = 0; k < N_TABLES; k++) {
             if (!tables[k] || inherited(tables, k, f))
@@ -239,10 +243,14 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--cols") && i + 1 < argc && atol(argv[i + 1]) >= 128 &&
                    atol(argv[i + 1]) % 64 == 0) {
             COLS = atol(argv[++i]);
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                   atoi(argv[i + 1]) <= 64) {
+            BATCH = atoi(argv[++i]);
         } else if (atol(argv[i]) > 0) {
             mib = (size_t)atol(argv[i]);
         } else {
-            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES[,ROWS]] [--cols N]\n");
+            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES[,ROWS]] [--cols N] "
+                            "[--batch 1..64]\n");
             return 2;
         }
     }
