@@ -29,8 +29,18 @@ typedef void (*ln_rows_fn)(const ms_mat *, int64_t, int64_t, const LN_XT *const 
  * in order) while its x fits beside them in L1; else rows go panel-major,
  * LN_ROW_BLOCK rows per panel, so that x's panel stays in L1: with whole
  * rows of 7168 columns (28 KiB of x) the x loads missed L1 and an FP8
- * matvec ran at 9 GB/s on a Zen 4 core, against 15-16 at 4096. */
-enum { LN_X_L1 = 16 << 10 };
+ * matvec ran at 9 GB/s on a Zen 4 core, against 15-16 at 4096. MXFP4's
+ * weights pass through L1 at half a byte a column, a quarter of BF16's, so
+ * its x may take more: 2 tokens of 2880 columns (23 KiB of float x) then
+ * take whole rows, and on Zen 4 their products ran 10-14% faster
+ * (bench/kernels --batch 2, exact AVX-512; AVX2 +5%; 4 tokens of bf16 x
+ * in the fast table +4%). */
+enum { LN_X_L1 = 16 << 10, LN_X_L1_MXFP4 = 24 << 10 };
+
+AI int64_t ln_x_l1(ms_wfmt f)
+{
+    return f == MS_WFMT_MXFP4 ? LN_X_L1_MXFP4 : LN_X_L1;
+}
 
 /* Whole rows are one stream, but the weights come from the page cache in
  * 4 KiB pages, at whose boundaries the hardware prefetcher stops: on AMD
@@ -123,7 +133,7 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
 {
     const LN_XT *xp[LN_NT];
     int64_t whole = ms_ceil_div(w->cols, LN_BLOCK) * LN_BLOCK;
-    if (n <= LN_NT && n * whole * (int64_t)sizeof(LN_XT) <= LN_X_L1) {
+    if (n <= LN_NT && n * whole * (int64_t)sizeof(LN_XT) <= ln_x_l1(f)) {
         ln_transpose_rows(f, X, n, ldx, 0, w->cols, xbuf, whole);
         for (int t = 0; t < n; t++)
             xp[t] = xbuf + t * whole;
