@@ -3,10 +3,10 @@
 // Each round starts CLIENTS completions at once (own prompt, temperature 0, TOKENS tokens
 // with ignore_eos, streamed) and waits for all of them. Prints one line of the serve.sh
 // table's timing fields:
-//   aggregate tok/s (min / median / max over the rounds: generated tokens / the round's wall
-//   time; the lower middle of an even count), per-client tok/s (median round / CLIENTS), time to first token p50 / p95 (s, over
-//   every request) and the gap between a request's streamed tokens p50 / p95 (ms, over every
-//   gap of every request).
+//   aggregate tok/s (min / median / max over the rounds: generated tokens / the round's
+//   wall time; the lower middle of an even count), per-client tok/s (median round /
+//   CLIENTS), time to first token p50 / p95 (s, over every request) and the gap between a
+//   request's streamed tokens p50 / p95 (ms, over every gap of every request).
 // Plain fetch over loopback, no dependency; a request that fails or returns fewer tokens
 // than asked ends the run with an error naming it.
 const [url, C, R, N] = process.argv.slice(2);
