@@ -551,30 +551,64 @@ out:
     slot_free(sl);
 }
 
-/* Reads up to PREFILL_CHUNK more prompt positions; opens the generation once
- * the prompt is in. -1: the job ended (failed). */
-static int slot_prefill(srv *sv, slot *sl)
+/* Fails a slot's job on err (the prompt too long for the context: 400). */
+static void prefill_failed(slot *sl, const ms_error *err)
 {
+    fail_job(&sl->g, err->code == MS_E_CONTEXT_FULL ? 400 : 500,
+             err->code == MS_E_CONTEXT_FULL ? "invalid_request_error" : "server_error",
+             err->code == MS_E_CONTEXT_FULL ? "context_length_exceeded" : NULL, err->msg);
+    slot_free(sl);
+}
+
+/* Reads up to PREFILL_CHUNK more prompt positions of each slot in which[0..n)
+ * in one call (ms_session_eval_many: prompts arriving together share the
+ * passes over the weights, each with the logits it gets alone), and opens
+ * the generation of those whose prompt is then in. A slot whose prompt
+ * does not fit its context fails alone, before the call. Returns the
+ * number of slots in which[] it ended, listed in ended[]. */
+static int slots_prefill(slot *slots, const int *which, int n, int *ended)
+{
+    ms_session *ss[SRV_MAX_SLOTS];
+    const int32_t *ids[SRV_MAX_SLOTS];
+    int64_t counts[SRV_MAX_SLOTS];
+    int go[SRV_MAX_SLOTS], n_go = 0, n_ended = 0;
+    for (int k = 0; k < n; k++) {
+        slot *sl = &slots[which[k]];
+        srv_job *j = sl->j;
+        int64_t c = j->n_ids - sl->fed < PREFILL_CHUNK ? j->n_ids - sl->fed : PREFILL_CHUNK;
+        if (ms_session_pos(sl->s) + c > ms_session_ctx(sl->s)) {
+            ms_error err = {.code = MS_E_CONTEXT_FULL};
+            snprintf(err.msg, sizeof err.msg,
+                     "CONTEXT_FULL: %lld positions in use + %lld new tokens exceed the "
+                     "context of %lld tokens", (long long)ms_session_pos(sl->s), (long long)c,
+                     (long long)ms_session_ctx(sl->s));
+            prefill_failed(sl, &err);
+            ended[n_ended++] = which[k];
+            continue;
+        }
+        ss[n_go] = sl->s;
+        ids[n_go] = j->ids + sl->fed;
+        counts[n_go] = c;
+        go[n_go++] = which[k];
+    }
     ms_error err = {0};
-    srv_job *j = sl->j;
-    int64_t n = j->n_ids - sl->fed;
-    if (n > PREFILL_CHUNK)
-        n = PREFILL_CHUNK;
-    if (ms_session_eval(sl->s, j->ids + sl->fed, n, NULL, &err)) {
-        fail_job(&sl->g, err.code == MS_E_CONTEXT_FULL ? 400 : 500,
-                 err.code == MS_E_CONTEXT_FULL ? "invalid_request_error" : "server_error",
-                 err.code == MS_E_CONTEXT_FULL ? "context_length_exceeded" : NULL, err.msg);
-        slot_free(sl);
-        return -1;
+    if (n_go && ms_session_eval_many(ss, ids, counts, n_go, &err)) {
+        for (int k = 0; k < n_go; k++) { /* not expected: each was checked */
+            prefill_failed(&slots[go[k]], &err);
+            ended[n_ended++] = go[k];
+        }
+        return n_ended;
     }
-    sl->fed += n;
-    if (sl->fed == j->n_ids && ms_gen_open(sl->s, &sl->go, &sl->gen, &err)) {
-        fail_job(&sl->g, 500, "server_error", NULL, err.msg);
-        slot_free(sl);
-        return -1;
+    for (int k = 0; k < n_go; k++) {
+        slot *sl = &slots[go[k]];
+        sl->fed += counts[k];
+        if (sl->fed == sl->j->n_ids && ms_gen_open(sl->s, &sl->go, &sl->gen, &err)) {
+            fail_job(&sl->g, 500, "server_error", NULL, err.msg);
+            slot_free(sl);
+            ended[n_ended++] = go[k];
+        }
     }
-    (void)sv;
-    return 0;
+    return n_ended;
 }
 
 /* The free slot whose cache shares the longest prefix with the prompt. */
@@ -726,18 +760,27 @@ void *srv_worker(void *arg)
                 srv_job_unref(j);
             }
         }
-        /* one chunk of each prompt still being read */
+        /* one chunk of each prompt still being read, together */
+        int reading[SRV_MAX_SLOTS], n_reading = 0, ended[SRV_MAX_SLOTS];
+        srv_job *job_of[SRV_MAX_SLOTS];
         for (int i = 0; i < sv->n_slots; i++)
             if (slots[i].j && !slots[i].gen) {
-                srv_job *j = slots[i].j;
-                if (slot_prefill(sv, &slots[i])) {
-                    pthread_mutex_lock(&sv->mu);
-                    sv->running[i] = NULL;
-                    sv->n_running--;
-                    pthread_mutex_unlock(&sv->mu);
-                    srv_job_unref(j);
-                }
+                job_of[n_reading] = slots[i].j;
+                reading[n_reading++] = i;
             }
+        int n_ended = n_reading ? slots_prefill(slots, reading, n_reading, ended) : 0;
+        for (int e = 0; e < n_ended; e++) {
+            int i = ended[e];
+            srv_job *j = NULL;
+            for (int k = 0; k < n_reading; k++)
+                if (reading[k] == i)
+                    j = job_of[k];
+            pthread_mutex_lock(&sv->mu);
+            sv->running[i] = NULL;
+            sv->n_running--;
+            pthread_mutex_unlock(&sv->mu);
+            srv_job_unref(j);
+        }
         /* one token for every decoding slot, evaluated together */
         ms_session *step_s[SRV_MAX_SLOTS];
         int32_t step_id[SRV_MAX_SLOTS];

@@ -173,6 +173,17 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n,
  * cache and position come out bit-identical to ms_session_eval of its id
  * alone. Refuses before evaluating anything if a session is full. */
 int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_error *err);
+
+/* Several sessions' tokens at once (prompts arriving together): session i
+ * is fed counts[i] >= 1 tokens ids[i] at its next positions, in as few
+ * passes over the weights as the engine's batch size allows, each pass
+ * holding rows of several sessions. Each session's logits (those after its
+ * last token), cache and position come out bit-identical to ms_session_eval
+ * of its tokens alone. Refuses before evaluating anything if a session
+ * would overflow its context. A pipeline's sessions are evaluated one after
+ * the other (same results). */
+int ms_session_eval_many(ms_session *const *ss, const int32_t *const *ids,
+                         const int64_t *counts, int n, ms_error *err);
 const float *ms_session_logits(const ms_session *s);
 
 /* For benchmarks of long contexts: appends n positions whose keys and

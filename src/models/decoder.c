@@ -113,19 +113,26 @@ static int get_rows(ms_decoder *dec, int64_t n, rows *r, ms_err *err)
 }
 
 /* Final norm and lm_head for the rows the caller wants (none when the
- * caller passed no logits buffer: an inner block of a longer prompt), a
- * block of max_batch rows at a time. */
+ * caller passed no logits buffer: an inner block of a longer prompt): all,
+ * the last, or those of head_rows (the last row of each sequence's span in
+ * a call of several), a block of max_batch rows at a time. The norm works
+ * row by row, so gathering rows changes no bit. */
 static void head(ms_decoder *dec, const ms_fwd *f, const float *x)
 {
     int64_t n = f->n, d = dec->d, B = dec->base->max_batch;
-    int64_t first = f->logits_all ? 0 : n - 1;
+    int64_t first = f->logits_all ? 0 : n - 1, n_rows = f->head_rows ? f->n_head : n - first;
     if (!f->logits)
         return;
-    for (int64_t t0 = first; t0 < n; t0 += B) {
-        int64_t nb = n - t0 < B ? n - t0 : B;
-        ms_rmsnorm(x + t0 * d, dec->final_norm, dec->eps, nb, d, dec->xn);
+    for (int64_t i0 = 0; i0 < n_rows; i0 += B) {
+        int64_t nb = n_rows - i0 < B ? n_rows - i0 : B;
+        if (f->head_rows)
+            for (int64_t i = 0; i < nb; i++)
+                ms_rmsnorm(x + f->head_rows[i0 + i] * d, dec->final_norm, dec->eps, 1, d,
+                           dec->xn + i * d);
+        else
+            ms_rmsnorm(x + (first + i0) * d, dec->final_norm, dec->eps, nb, d, dec->xn);
         ms_trace_f32(f->trace, dec->xn, nb, d, "final_norm");
-        float *lg = f->logits + (t0 - first) * dec->vocab;
+        float *lg = f->logits + i0 * dec->vocab;
         ms_matmul(&dec->lm_head, dec->xn, (int)nb, lg);
         ms_trace_f32(f->trace, lg, nb, dec->vocab, "logits");
     }

@@ -52,8 +52,11 @@ typedef struct ms_fwd {
     const int64_t *pos;       /* [n] */
     ms_kv *const *kvs;        /* [n_seq][n_layers] */
     ms_scratch *scratch;      /* attention's work area */
-    float *logits;            /* [n][vocab] when logits_all, else [vocab] (last row) */
+    float *logits;            /* [n][vocab] when logits_all, [n_head][vocab] with
+                                 head_rows, else [vocab] (last row) */
     int logits_all;
+    const int64_t *head_rows; /* NULL, or the rows (ascending) whose logits are made */
+    int64_t n_head;
     ms_trace *trace;          /* NULL unless dumping named intermediates */
     /* called after each layer with the layers done (layer-major families);
      * NULL: none */

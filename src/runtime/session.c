@@ -295,6 +295,114 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
     return rc;
 }
 
+/* One pass of ms_session_eval_many: rows [0, n) of sessions ss (row t is
+ * the next position of session seq[t]; a session's rows are consecutive
+ * and in order), logits for the rows in last[0..n_last) (each the final
+ * row of its session's tokens), which go to that session. */
+static int eval_pass(ms_session *const *ss, int n_seq, const int32_t *ids, const int *seq,
+                     int64_t n, const int64_t *last, int64_t n_last, ms_err *err)
+{
+    ms_model *m = ss[0]->eng->model;
+    int64_t *pos = ms_malloc(sizeof *pos * (size_t)n, "pass rows", err);
+    ms_kv **kvs = ms_malloc(sizeof *kvs * (size_t)n_seq, "pass rows", err);
+    float *logits = n_last ? ms_malloc(sizeof *logits * (size_t)(n_last * m->vocab),
+                                       "pass logits", err)
+                           : NULL;
+    int rc = -1;
+    if (pos && kvs && (logits || !n_last)) {
+        for (int i = 0; i < n_seq; i++)
+            kvs[i] = ss[i]->kv;
+        for (int64_t t = 0, k = 0; t < n; t++)
+            k = t > 0 && seq[t] == seq[t - 1] ? k + 1 : 0, pos[t] = ss[seq[t]]->pos + k;
+        double t0 = ms_now();
+        ms_fwd f = {.ids = ids, .n = n, .n_seq = n_seq, .seq = seq, .pos = pos, .kvs = kvs,
+                    .pos0 = pos[0], .kv = kvs[seq[0]], .scratch = &ss[0]->scratch,
+                    .trace = ss[0]->trace, .timers = &ss[0]->timers, .logits = logits,
+                    .head_rows = last, .n_head = n_last};
+        rc = ms_stage_forward(ss[0]->eng, &f, ss, err) ||
+                     check_logits(logits, n_last, m->vocab, 1, err)
+                 ? -1
+                 : 0;
+        double dt = ms_now() - t0;
+        for (int i = 0; rc == 0 && i < n_seq; i++)
+            ss[i]->have_logits = 0; /* until its last token: in this pass or a later one */
+        for (int64_t t = 0, i = 0; rc == 0 && t < n; t++) {
+            ms_session *s = ss[seq[t]];
+            s->hist[s->pos++] = ids[t];
+            s->stats.n_prefill_tokens++;
+            s->stats.t_prefill += dt / (double)n;
+            if (i < n_last && last[i] == t) {
+                memcpy(s->logits, logits + i * m->vocab, (size_t)m->vocab * 4);
+                s->have_logits = 1;
+                i++;
+            }
+        }
+    }
+    free(pos);
+    free(kvs);
+    free(logits);
+    return rc;
+}
+
+int ms_session_eval_many(ms_session *const *ss, const int32_t *const *ids,
+                         const int64_t *counts, int n, ms_error *err)
+{
+    if (n <= 0)
+        return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 sessions)");
+    ms_engine *eng = ss[0]->eng;
+    ms_model *m = eng->model;
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->eng != eng)
+            return ms_err_set(err, MS_E_ARG, "sessions evaluated together need one engine");
+        if (counts[i] < 1)
+            return ms_err_set(err, MS_E_ARG, "session %d: %lld tokens (at least 1)", i,
+                              (long long)counts[i]);
+        for (int k = 0; k < i; k++)
+            if (ss[k] == ss[i])
+                return ms_err_set(err, MS_E_ARG, "session %d appears twice", i);
+        if (check_ids(ss[i], ids[i], counts[i], err))
+            return ms_err_wrap(err, "session %d", i);
+    }
+    if (n == 1 || eng->link.send) { /* one session, or a pipeline: one at a time */
+        for (int i = 0; i < n; i++)
+            if (ms_session_eval(ss[i], ids[i], counts[i], NULL, err))
+                return ms_err_wrap(err, "session %d", i);
+        return 0;
+    }
+    /* passes of at most cap rows, the sessions' tokens in order: a session
+     * may end one pass and begin the next */
+    int64_t cap = m->max_batch < m->max_span ? m->max_batch : m->max_span;
+    int32_t *rid = ms_malloc(sizeof *rid * (size_t)cap, "pass rows", err);
+    int *seq = ms_malloc(sizeof *seq * (size_t)cap, "pass rows", err);
+    int64_t *last = ms_malloc(sizeof *last * (size_t)cap, "pass rows", err);
+    ms_session **pss = ms_malloc(sizeof *pss * (size_t)n, "pass rows", err);
+    int rc = rid && seq && last && pss ? 0 : -1;
+    int64_t rows = 0, n_last = 0;
+    int np = 0;
+    for (int i = 0; rc == 0 && i < n; i++)
+        for (int64_t k = 0; rc == 0 && k < counts[i]; k++) {
+            if (np == 0 || pss[np - 1] != ss[i])
+                pss[np++] = ss[i];
+            seq[rows] = np - 1;
+            rid[rows] = ids[i][k];
+            if (k == counts[i] - 1)
+                last[n_last++] = rows;
+            if (++rows == cap || (i == n - 1 && k == counts[i] - 1)) {
+                rc = np > 1 ? eval_pass(pss, np, rid, seq, rows, last, n_last, err)
+                            : ms_session_eval(pss[0], rid, rows, NULL, err);
+                if (rc == 0 && np == 1 && n_last == 0)
+                    pss[0]->have_logits = 0; /* mid-prompt: its logits come later */
+                rows = n_last = 0;
+                np = 0;
+            }
+        }
+    free(rid);
+    free(seq);
+    free(last);
+    free(pss);
+    return rc;
+}
+
 int ms_session_fill_synthetic(ms_session *s, int64_t n, uint64_t seed, ms_error *err)
 {
     if (n < 0 || s->pos + n > s->ctx)

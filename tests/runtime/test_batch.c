@@ -1,5 +1,6 @@
-/* Batched decode (ms_session_eval_batch) gives every session exactly the
- * logits it gets alone: on a tiny checkpoint of each family (written by
+/* Batched decode (ms_session_eval_batch) and prompts fed together
+ * (ms_session_eval_many) give every session exactly the logits it gets
+ * alone: on a tiny checkpoint of each family (written by
  * tools/tinyckpt/ into $MS_TMP), three conversations with prompts of
  * different lengths are decoded greedily alone, then together, with one
  * joining late and one leaving early; every step's logits must be equal
@@ -12,6 +13,90 @@
 
 #define STEPS 6
 #define NSEQ 3
+
+/* Prompts fed together (ms_session_eval_many) against each alone: the
+ * logits after each prompt and after one more token fed alone (so the
+ * caches hold the same keys) are equal bit for bit, with prompts that fit
+ * one pass, prompts that need several (a session split across passes),
+ * and a refusal that leaves every session where it was. */
+static void check_many(ms_engine *eng, const char *name, int32_t V)
+{
+    enum { N = 3 };
+    static const int64_t short_len[N] = {5, 11, 2}, long_len[N] = {120, 150, 70};
+    const int64_t *lens[2] = {short_len, long_len};
+    int32_t *prompt[N];
+    for (int s = 0; s < N; s++) {
+        prompt[s] = malloc(160 * sizeof **prompt);
+        for (int i = 0; prompt[s] && i < 160; i++)
+            prompt[s][i] = (int32_t)((s * 41 + i * 13 + 7) % V);
+    }
+    ms_error err = {0};
+    for (int c = 0; c < 2; c++) {
+        const int64_t *len = lens[c];
+        float *solo = calloc((size_t)N * 2 * (size_t)V, sizeof *solo);
+        ms_session *alone[N] = {0}, *together[N] = {0};
+        ms_session_opts so = {.ctx = 512};
+        int32_t next = 3;
+        for (int s = 0; s < N && solo; s++) {
+            if (ms_session_open(eng, &so, &alone[s], &err) ||
+                ms_session_eval(alone[s], prompt[s], len[s], NULL, &err)) {
+                CHECK(0, "%s: %s", name, err.msg);
+                break;
+            }
+            memcpy(solo + (size_t)(2 * s) * (size_t)V, ms_session_logits(alone[s]),
+                   (size_t)V * 4);
+            if (ms_session_eval(alone[s], &next, 1, NULL, &err))
+                CHECK(0, "%s: %s", name, err.msg);
+            memcpy(solo + (size_t)(2 * s + 1) * (size_t)V, ms_session_logits(alone[s]),
+                   (size_t)V * 4);
+        }
+        for (int s = 0; s < N; s++)
+            if (ms_session_open(eng, &so, &together[s], &err))
+                CHECK(0, "%s: %s", name, err.msg);
+        const int32_t *ids[N] = {prompt[0], prompt[1], prompt[2]};
+        if (ms_session_eval_many(together, ids, len, N, &err)) {
+            CHECK(0, "%s: prompts together: %s", name, err.msg);
+        } else {
+            for (int s = 0; s < N; s++) {
+                CHECK(ms_session_pos(together[s]) == len[s], "%s: session %d at %lld, not %lld",
+                      name, s, (long long)ms_session_pos(together[s]), (long long)len[s]);
+                CHECK(!memcmp(ms_session_logits(together[s]), solo + (size_t)(2 * s) * (size_t)V,
+                              (size_t)V * 4),
+                      "%s: prompts of %lld, %lld, %lld together: session %d's logits differ "
+                      "from alone", name, (long long)len[0], (long long)len[1],
+                      (long long)len[2], s);
+                if (ms_session_eval(together[s], &next, 1, NULL, &err))
+                    CHECK(0, "%s: %s", name, err.msg);
+                CHECK(!memcmp(ms_session_logits(together[s]),
+                              solo + (size_t)(2 * s + 1) * (size_t)V, (size_t)V * 4),
+                      "%s: session %d: the token after its prompt differs from alone", name, s);
+            }
+        }
+        if (c == 1) { /* 512 - 151 positions left in session 1: 400 refuse the call */
+            int64_t over[N] = {1, 400, 1};
+            int64_t before[N];
+            for (int s = 0; s < N; s++)
+                before[s] = ms_session_pos(together[s]);
+            const int32_t *big[N] = {prompt[0], prompt[1], prompt[2]};
+            int32_t *many = calloc(400, sizeof *many);
+            big[1] = many;
+            int rc = many ? ms_session_eval_many(together, big, over, N, &err) : -1;
+            CHECK(rc != 0 && err.code == MS_E_CONTEXT_FULL, "%s: a session overflowing its "
+                  "context: rc %d, \"%s\"", name, rc, err.msg);
+            for (int s = 0; s < N; s++)
+                CHECK(ms_session_pos(together[s]) == before[s],
+                      "%s: session %d moved on a refused call", name, s);
+            free(many);
+        }
+        for (int s = 0; s < N; s++) {
+            ms_session_close(alone[s]);
+            ms_session_close(together[s]);
+        }
+        free(solo);
+    }
+    for (int s = 0; s < N; s++)
+        free(prompt[s]);
+}
 
 static void check_family(const char *gen, const char *name)
 {
@@ -29,6 +114,7 @@ static void check_family(const char *gen, const char *name)
         return;
     }
     int32_t V = ms_engine_info(eng)->vocab_size;
+    check_many(eng, name, V);
     static const int plen[NSEQ] = {5, 11, 2};
     int32_t prompt[NSEQ][16];
     for (int s = 0; s < NSEQ; s++)
