@@ -762,19 +762,16 @@ void *srv_worker(void *arg)
         }
         /* one chunk of each prompt still being read, together */
         int reading[SRV_MAX_SLOTS], n_reading = 0, ended[SRV_MAX_SLOTS];
-        srv_job *job_of[SRV_MAX_SLOTS];
+        srv_job *job_of[SRV_MAX_SLOTS]; /* by slot: an ended slot no longer holds it */
         for (int i = 0; i < sv->n_slots; i++)
             if (slots[i].j && !slots[i].gen) {
-                job_of[n_reading] = slots[i].j;
+                job_of[i] = slots[i].j;
                 reading[n_reading++] = i;
             }
         int n_ended = n_reading ? slots_prefill(slots, reading, n_reading, ended) : 0;
         for (int e = 0; e < n_ended; e++) {
             int i = ended[e];
-            srv_job *j = NULL;
-            for (int k = 0; k < n_reading; k++)
-                if (reading[k] == i)
-                    j = job_of[k];
+            srv_job *j = job_of[i];
             pthread_mutex_lock(&sv->mu);
             sv->running[i] = NULL;
             sv->n_running--;
