@@ -42,7 +42,8 @@ typedef struct pass {
     int block, n_blocks;       /* rows per block */
     int heads, n_groups;       /* heads per item, items per KV head */
     int64_t n_spans;           /* spans a row of the pass may touch */
-    int64_t run;               /* consecutive spans per item (the last run may be shorter) */
+    int64_t run, runs;         /* consecutive spans per item (the last run may be shorter),
+                                  items per (block, KV head, group) */
     float *part;               /* [nt][n_heads][n_spans][2 + dv] */
     float *work;               /* per worker: tiles and scores */
     int64_t work_floats;
@@ -108,8 +109,7 @@ static void item_task(void *ctx, int64_t it, int worker)
 {
     const pass *p = ctx;
     const ms_attend *a = p->a;
-    int64_t runs = (p->n_spans + p->run - 1) / p->run;
-    int64_t s0 = it % runs * p->run, rest = it / runs;
+    int64_t s0 = it % p->runs * p->run, rest = it / p->runs;
     int64_t s1 = s0 + p->run < p->n_spans ? s0 + p->run : p->n_spans; /* spans [s0, s1) */
     int hg = (int)(rest % p->n_groups), kvh = (int)(rest / p->n_groups % a->n_kv_heads);
     int64_t b = rest / p->n_groups / a->n_kv_heads, r0, r1;
@@ -262,7 +262,8 @@ int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *
          * like the others (the first chunk of an item is not) */
         int64_t items = (int64_t)p.n_blocks * a->n_kv_heads * p.n_groups;
         p.run = items >= 4 * threads ? n_spans : 1;
-        ms_pool_run(items * ((n_spans + p.run - 1) / p.run), item_task, &p);
+        p.runs = (n_spans + p.run - 1) / p.run;
+        ms_pool_run(items * p.runs, item_task, &p);
         ms_pool_run(p.nt * a->n_heads, merge_task, &p);
     }
     f->timers->attn_kv += ms_now() - t0;
