@@ -242,6 +242,61 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
     return 0;
 }
 
+/* One forward call over rows [0, n) of sessions ss: row t is the next
+ * position of session seq[t] (a session's rows consecutive and in order);
+ * logits for the rows in last[0..n_last) (each the final row of its
+ * session's tokens: all rows, or some), which go to that session. A
+ * session's rows count as prefill, or as decode where it has one. */
+static int eval_pass(ms_session *const *ss, int n_seq, const int32_t *ids, const int *seq,
+                     int64_t n, const int64_t *last, int64_t n_last, ms_err *err)
+{
+    ms_model *m = ss[0]->eng->model;
+    int64_t *pos = ms_malloc(sizeof *pos * (size_t)n, "pass rows", err);
+    ms_kv **kvs = ms_malloc(sizeof *kvs * (size_t)n_seq, "pass rows", err);
+    float *logits = n_last ? ms_malloc(sizeof *logits * (size_t)(n_last * m->vocab),
+                                       "pass logits", err)
+                           : NULL;
+    int rc = -1;
+    if (pos && kvs && (logits || !n_last)) {
+        for (int i = 0; i < n_seq; i++)
+            kvs[i] = ss[i]->kv;
+        for (int64_t t = 0, k = 0; t < n; t++)
+            k = t > 0 && seq[t] == seq[t - 1] ? k + 1 : 0, pos[t] = ss[seq[t]]->pos + k;
+        double t0 = ms_now();
+        /* every row's logits (a decode step; the pipeline's head makes them
+         * too) or those of head_rows */
+        int all = n_last == n;
+        ms_fwd f = {.ids = ids, .n = n, .n_seq = n_seq, .seq = seq, .pos = pos, .kvs = kvs,
+                    .pos0 = pos[0], .kv = kvs[seq[0]], .scratch = &ss[0]->scratch,
+                    .trace = ss[0]->trace, .timers = &ss[0]->timers, .logits = logits,
+                    .logits_all = all, .head_rows = all ? NULL : last,
+                    .n_head = all ? 0 : n_last};
+        rc = ms_stage_forward(ss[0]->eng, &f, ss, err) ||
+                     check_logits(logits, n_last, m->vocab, n_seq > 1, err)
+                 ? -1
+                 : 0;
+        double dt = ms_now() - t0;
+        for (int i = 0; rc == 0 && i < n_seq; i++)
+            ss[i]->have_logits = 0; /* until its last token: in this pass or a later one */
+        for (int64_t t = 0, i = 0; rc == 0 && t < n; t++) {
+            ms_session *s = ss[seq[t]];
+            s->hist[s->pos++] = ids[t];
+            int alone = (t == 0 || seq[t - 1] != seq[t]) && (t == n - 1 || seq[t + 1] != seq[t]);
+            *(alone ? &s->stats.n_decode_tokens : &s->stats.n_prefill_tokens) += 1;
+            *(alone ? &s->stats.t_decode : &s->stats.t_prefill) += dt / (double)n;
+            if (i < n_last && last[i] == t) {
+                memcpy(s->logits, logits + i * m->vocab, (size_t)m->vocab * 4);
+                s->have_logits = 1;
+                i++;
+            }
+        }
+    }
+    free(pos);
+    free(kvs);
+    free(logits);
+    return rc;
+}
+
 int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_error *err)
 {
     if (n <= 0)
@@ -261,86 +316,15 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
             return ms_err_wrap(err, "session %d", i);
     }
     int *seq = ms_malloc(sizeof *seq * (size_t)n, "batch rows", err);
-    int64_t *pos = ms_malloc(sizeof *pos * (size_t)n, "batch rows", err);
-    ms_kv **kvs = ms_malloc(sizeof *kvs * (size_t)n, "batch rows", err);
-    float *logits = ms_malloc(sizeof *logits * (size_t)n * (size_t)m->vocab, "batch logits", err);
+    int64_t *rows = ms_malloc(sizeof *rows * (size_t)n, "batch rows", err);
     int rc = -1;
-    if (seq && pos && kvs && logits) {
-        for (int i = 0; i < n; i++) {
-            seq[i] = i;
-            pos[i] = ss[i]->pos;
-            kvs[i] = ss[i]->kv;
-        }
-        double t0 = ms_now();
-        ms_fwd f = {.ids = ids, .n = n, .n_seq = n > 1 ? n : 0, .seq = seq, .pos = pos,
-                    .kvs = kvs, .pos0 = ss[0]->pos, .kv = ss[0]->kv, .scratch = &ss[0]->scratch,
-                    .trace = ss[0]->trace, .timers = &ss[0]->timers,
-                    .logits = logits, .logits_all = 1};
-        rc = ms_stage_forward(ss[0]->eng, &f, ss, err) || check_logits(logits, n, m->vocab, 1, err)
-                 ? -1 : 0;
-        double dt = ms_now() - t0;
-        for (int i = 0; rc == 0 && i < n; i++) {
-            ms_session *s = ss[i];
-            memcpy(s->logits, logits + (size_t)i * (size_t)m->vocab, (size_t)m->vocab * 4);
-            s->hist[s->pos++] = ids[i];
-            s->have_logits = 1;
-            s->stats.n_decode_tokens++;
-            s->stats.t_decode += dt / n;
-        }
+    if (seq && rows) {
+        for (int i = 0; i < n; i++)
+            seq[i] = i, rows[i] = i;
+        rc = eval_pass(ss, n, ids, seq, n, rows, n, err);
     }
     free(seq);
-    free(pos);
-    free(kvs);
-    free(logits);
-    return rc;
-}
-
-/* One pass of ms_session_eval_many: rows [0, n) of sessions ss (row t is
- * the next position of session seq[t]; a session's rows are consecutive
- * and in order), logits for the rows in last[0..n_last) (each the final
- * row of its session's tokens), which go to that session. */
-static int eval_pass(ms_session *const *ss, int n_seq, const int32_t *ids, const int *seq,
-                     int64_t n, const int64_t *last, int64_t n_last, ms_err *err)
-{
-    ms_model *m = ss[0]->eng->model;
-    int64_t *pos = ms_malloc(sizeof *pos * (size_t)n, "pass rows", err);
-    ms_kv **kvs = ms_malloc(sizeof *kvs * (size_t)n_seq, "pass rows", err);
-    float *logits = n_last ? ms_malloc(sizeof *logits * (size_t)(n_last * m->vocab),
-                                       "pass logits", err)
-                           : NULL;
-    int rc = -1;
-    if (pos && kvs && (logits || !n_last)) {
-        for (int i = 0; i < n_seq; i++)
-            kvs[i] = ss[i]->kv;
-        for (int64_t t = 0, k = 0; t < n; t++)
-            k = t > 0 && seq[t] == seq[t - 1] ? k + 1 : 0, pos[t] = ss[seq[t]]->pos + k;
-        double t0 = ms_now();
-        ms_fwd f = {.ids = ids, .n = n, .n_seq = n_seq, .seq = seq, .pos = pos, .kvs = kvs,
-                    .pos0 = pos[0], .kv = kvs[seq[0]], .scratch = &ss[0]->scratch,
-                    .trace = ss[0]->trace, .timers = &ss[0]->timers, .logits = logits,
-                    .head_rows = last, .n_head = n_last};
-        rc = ms_stage_forward(ss[0]->eng, &f, ss, err) ||
-                     check_logits(logits, n_last, m->vocab, 1, err)
-                 ? -1
-                 : 0;
-        double dt = ms_now() - t0;
-        for (int i = 0; rc == 0 && i < n_seq; i++)
-            ss[i]->have_logits = 0; /* until its last token: in this pass or a later one */
-        for (int64_t t = 0, i = 0; rc == 0 && t < n; t++) {
-            ms_session *s = ss[seq[t]];
-            s->hist[s->pos++] = ids[t];
-            s->stats.n_prefill_tokens++;
-            s->stats.t_prefill += dt / (double)n;
-            if (i < n_last && last[i] == t) {
-                memcpy(s->logits, logits + i * m->vocab, (size_t)m->vocab * 4);
-                s->have_logits = 1;
-                i++;
-            }
-        }
-    }
-    free(pos);
-    free(kvs);
-    free(logits);
+    free(rows);
     return rc;
 }
 
@@ -388,10 +372,7 @@ int ms_session_eval_many(ms_session *const *ss, const int32_t *const *ids,
             if (k == counts[i] - 1)
                 last[n_last++] = rows;
             if (++rows == cap || (i == n - 1 && k == counts[i] - 1)) {
-                rc = np > 1 ? eval_pass(pss, np, rid, seq, rows, last, n_last, err)
-                            : ms_session_eval(pss[0], rid, rows, NULL, err);
-                if (rc == 0 && np == 1 && n_last == 0)
-                    pss[0]->have_logits = 0; /* mid-prompt: its logits come later */
+                rc = eval_pass(pss, np, rid, seq, rows, last, n_last, err);
                 rows = n_last = 0;
                 np = 0;
             }
