@@ -125,6 +125,8 @@ typedef struct ms_model_info {
     int64_t ctx;              /* sessions' default context */
     const char *kv_format;    /* their KV cache format: "f32", "bf16" or "fp8" */
     int64_t prefill_span;     /* most prompt positions run through a layer at once */
+    int32_t pass_rows;        /* most rows of several sessions in one pass over the
+                               * weights (ms_session_eval_batch, _eval_many) */
     int32_t n_stop;
     const int32_t *stop_ids;  /* eos ids from generation_config/config */
     int32_t bos_id;           /* -1 when none */
@@ -180,8 +182,9 @@ int ms_session_eval_batch(ms_session *const *ss, const int32_t *ids, int n, ms_e
  * holding rows of several sessions. Each session's logits (those after its
  * last token), cache and position come out bit-identical to ms_session_eval
  * of its tokens alone. Refuses before evaluating anything if a session
- * would overflow its context. A pipeline's sessions are evaluated one after
- * the other (same results). */
+ * would overflow its context. A session fed one token and others fed
+ * prompts make one pass: decode steps need not wait for a newcomer's
+ * prompt. */
 int ms_session_eval_many(ms_session *const *ss, const int32_t *const *ids,
                          const int64_t *counts, int n, ms_error *err);
 const float *ms_session_logits(const ms_session *s);

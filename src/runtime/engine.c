@@ -393,6 +393,8 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
         return -1;
     }
     eng->info.prefill_span = eng->model->max_span;
+    eng->info.pass_rows = eng->model->max_batch < eng->model->max_span ? eng->model->max_batch
+                                                                        : eng->model->max_span;
     *out = eng;
     return 0;
 }

@@ -347,12 +347,8 @@ int ms_session_eval_many(ms_session *const *ss, const int32_t *const *ids,
         if (check_ids(ss[i], ids[i], counts[i], err))
             return ms_err_wrap(err, "session %d", i);
     }
-    if (n == 1 || eng->link.send) { /* one session, or a pipeline: one at a time */
-        for (int i = 0; i < n; i++)
-            if (ms_session_eval(ss[i], ids[i], counts[i], NULL, err))
-                return ms_err_wrap(err, "session %d", i);
-        return 0;
-    }
+    if (n == 1) /* one prompt goes in spans, not in passes of several */
+        return ms_session_eval(ss[0], ids[0], counts[0], NULL, err);
     /* passes of at most cap rows, the sessions' tokens in order: a session
      * may end one pass and begin the next */
     int64_t cap = m->max_batch < m->max_span ? m->max_batch : m->max_span;

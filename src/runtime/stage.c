@@ -28,6 +28,8 @@ static ms_fwd part_of(const ms_fwd *f, int64_t off, int64_t n)
         p.pos0 = f->pos0 + off;
     }
     p.on_layer = NULL; /* progress by layer means nothing part by part */
+    p.head_rows = NULL; /* call-wide indices: finish_part picks a part's own */
+    p.n_head = 0;
     p.x_in = NULL;
     p.x_out = NULL;
     p.head_only = 0;
@@ -40,6 +42,7 @@ typedef struct link_call {
     float *x;                 /* [n][d] the call's residual */
     ms_stage_rows rows;       /* the whole call; parts point into it */
     int64_t step;             /* rows per part */
+    int64_t *rows_at;         /* [step] a part's head rows, from its first */
 } link_call;
 
 /* Receives part j back from the last stage and runs the head on it. */
@@ -53,13 +56,27 @@ static int finish_part(link_call *c, int j, ms_err *err)
     if (c->eng->link.recv(c->eng->link.user, x, n, m->d_model, err))
         return -1;
     f->timers->stages += ms_now() - t0;
-    int last = off + n == f->n;
-    if (!f->logits_all && !last)
-        return 0; /* only the call's last row has logits to make */
     ms_fwd h = part_of(f, off, n);
     h.x_in = x;
     h.head_only = 1;
-    h.logits = f->logits_all ? f->logits + off * m->vocab : f->logits;
+    if (f->head_rows) { /* those of the call's head rows that fall in the part */
+        int64_t i0 = 0, k = 0;
+        while (i0 < f->n_head && f->head_rows[i0] < off)
+            i0++;
+        while (i0 + k < f->n_head && f->head_rows[i0 + k] < off + n)
+            c->rows_at[k] = f->head_rows[i0 + k] - off, k++;
+        if (k == 0)
+            return 0;
+        h.head_rows = c->rows_at;
+        h.n_head = k;
+        h.logits = f->logits + i0 * m->vocab;
+    } else if (f->logits_all) {
+        h.logits = f->logits + off * m->vocab;
+    } else if (off + n == f->n) {
+        h.logits = f->logits;
+    } else {
+        return 0; /* only the call's last row has logits to make */
+    }
     return m->family->forward(m, &h, err);
 }
 
@@ -73,12 +90,13 @@ static int pipeline_forward(ms_engine *eng, const ms_fwd *f, ms_session *const *
     link_call c = {.eng = eng, .f = f, .step = (n + parts - 1) / parts};
     parts = (int)((n + c.step - 1) / c.step);
     c.x = ms_malloc(sizeof *c.x * (size_t)(n * d), "stage residual", err);
+    c.rows_at = ms_malloc(sizeof *c.rows_at * (size_t)c.step, "stage rows", err);
     uint64_t *sid = ms_malloc(sizeof *sid * (size_t)n_seq, "stage rows", err);
     int64_t *ctx = ms_malloc(sizeof *ctx * (size_t)n_seq, "stage rows", err);
     int32_t *kvf = ms_malloc(sizeof *kvf * (size_t)n_seq, "stage rows", err);
     int32_t *seq = ms_malloc(sizeof *seq * (size_t)n, "stage rows", err);
     int64_t *pos = ms_malloc(sizeof *pos * (size_t)n, "stage rows", err);
-    int rc = c.x && sid && ctx && kvf && seq && pos ? 0 : -1;
+    int rc = c.x && c.rows_at && sid && ctx && kvf && seq && pos ? 0 : -1;
     for (int i = 0; rc == 0 && i < n_seq; i++) {
         sid[i] = ss[i]->sid;
         ctx[i] = ss[i]->ctx;
@@ -111,6 +129,7 @@ static int pipeline_forward(ms_engine *eng, const ms_fwd *f, ms_session *const *
         }
     }
     free(c.x);
+    free(c.rows_at);
     free(sid);
     free(ctx);
     free(kvf);
@@ -184,37 +203,54 @@ int ms_stage_eval(ms_session *const *ss, const ms_stage_rows *r, float *x, ms_er
         }
         return 0;
     }
-    /* a batched step: one row per session */
+    /* rows of several sessions (a batched step, prompts read together):
+     * a session's rows consecutive, at consecutive positions */
     if (n > m->max_batch)
-        return ms_err_set(err, MS_E_ARG, "stage: %lld rows in one step, at most %d",
-                          (long long)n, m->max_batch);
-    int seq[MS_MAX_BATCH];
+        return ms_err_set(err, MS_E_ARG, "stage: %lld rows of several sessions in one call, "
+                          "at most %d", (long long)n, m->max_batch);
+    int seq[MS_MAX_BATCH], ns = 0;
     int64_t pos[MS_MAX_BATCH];
     ms_kv *kvs[MS_MAX_BATCH];
+    ms_session *sl[MS_MAX_BATCH];
     for (int64_t t = 0; t < n; t++) {
+        pos[t] = r->pos[t];
+        if (t > 0 && r->seq[t] == r->seq[t - 1]) {
+            if (r->pos[t] != r->pos[t - 1] + 1)
+                return ms_err_set(err, MS_E_ARG, "stage: rows %lld and %lld of session %d are "
+                                  "at positions %lld and %lld, not consecutive", (long long)t - 1,
+                                  (long long)t, r->seq[t], (long long)r->pos[t - 1],
+                                  (long long)r->pos[t]);
+            seq[t] = ns - 1;
+            continue;
+        }
         for (int64_t u = 0; u < t; u++)
             if (r->seq[u] == r->seq[t])
                 return ms_err_set(err, MS_E_ARG, "stage: session %d has rows %lld and %lld "
-                                  "of one step", r->seq[t], (long long)u, (long long)t);
+                                  "of one call with others between", r->seq[t], (long long)u,
+                                  (long long)t);
+        int64_t k = 1;
+        while (t + k < n && r->seq[t + k] == r->seq[t])
+            k++;
         ms_session *s = ss[r->seq[t]];
-        if (seek(s, r->pos[t], 1, err))
+        if (seek(s, r->pos[t], k, err))
             return -1;
-        seq[t] = (int)t;
-        pos[t] = r->pos[t];
-        kvs[t] = s->kv;
+        sl[ns] = s;
+        kvs[ns] = s->kv;
+        seq[t] = ns++;
     }
-    ms_session *s0 = ss[r->seq[0]];
-    ms_fwd f = {.n = n, .n_seq = (int)n, .seq = seq, .pos = pos, .kvs = kvs,
+    ms_session *s0 = sl[0];
+    ms_fwd f = {.n = n, .n_seq = ns, .seq = seq, .pos = pos, .kvs = kvs,
                 .pos0 = pos[0], .kv = kvs[0], .scratch = &s0->scratch, .trace = s0->trace,
                 .timers = &s0->timers, .x_in = x, .x_out = x};
     if (m->family->forward(m, &f, err))
         return -1;
     double dt = ms_now() - t0;
     for (int64_t t = 0; t < n; t++) {
-        ms_session *s = ss[r->seq[t]];
+        ms_session *s = sl[seq[t]];
         s->hist[s->pos++] = 0;
-        s->stats.n_decode_tokens++;
-        s->stats.t_decode += dt / (double)n;
+        int alone = (t == 0 || seq[t - 1] != seq[t]) && (t == n - 1 || seq[t + 1] != seq[t]);
+        *(alone ? &s->stats.n_decode_tokens : &s->stats.n_prefill_tokens) += 1;
+        *(alone ? &s->stats.t_decode : &s->stats.t_prefill) += dt / (double)n;
     }
     return 0;
 }

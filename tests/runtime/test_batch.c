@@ -22,8 +22,13 @@
 static void check_many(ms_engine *eng, const char *name, int32_t V)
 {
     enum { N = 3 };
-    static const int64_t short_len[N] = {5, 11, 2}, long_len[N] = {120, 150, 70};
-    const int64_t *lens[2] = {short_len, long_len};
+    /* prompts in one pass; in two; a session decoding (one token after 20
+     * of its own) beside two prompts, what the server does when a request
+     * arrives while another decodes */
+    static const int64_t short_len[N] = {5, 11, 2}, long_len[N] = {120, 150, 70},
+                         beside_len[N] = {1, 150, 70}, no_pre[N] = {0}, beside_pre[N] = {20};
+    const int64_t *lens[3] = {short_len, long_len, beside_len};
+    const int64_t *pres[3] = {no_pre, no_pre, beside_pre};
     int32_t *prompt[N];
     for (int s = 0; s < N; s++) {
         prompt[s] = malloc(160 * sizeof **prompt);
@@ -31,14 +36,15 @@ static void check_many(ms_engine *eng, const char *name, int32_t V)
             prompt[s][i] = (int32_t)((s * 41 + i * 13 + 7) % V);
     }
     ms_error err = {0};
-    for (int c = 0; c < 2; c++) {
-        const int64_t *len = lens[c];
+    for (int c = 0; c < 3; c++) {
+        const int64_t *len = lens[c], *pre = pres[c];
         float *solo = calloc((size_t)N * 2 * (size_t)V, sizeof *solo);
         ms_session *alone[N] = {0}, *together[N] = {0};
         ms_session_opts so = {.ctx = 512};
         int32_t next = 3;
         for (int s = 0; s < N && solo; s++) {
             if (ms_session_open(eng, &so, &alone[s], &err) ||
+                (pre[s] && ms_session_eval(alone[s], prompt[s] + 100, pre[s], NULL, &err)) ||
                 ms_session_eval(alone[s], prompt[s], len[s], NULL, &err)) {
                 CHECK(0, "%s: %s", name, err.msg);
                 break;
@@ -51,20 +57,23 @@ static void check_many(ms_engine *eng, const char *name, int32_t V)
                    (size_t)V * 4);
         }
         for (int s = 0; s < N; s++)
-            if (ms_session_open(eng, &so, &together[s], &err))
+            if (ms_session_open(eng, &so, &together[s], &err) ||
+                (pre[s] && ms_session_eval(together[s], prompt[s] + 100, pre[s], NULL, &err)))
                 CHECK(0, "%s: %s", name, err.msg);
         const int32_t *ids[N] = {prompt[0], prompt[1], prompt[2]};
         if (ms_session_eval_many(together, ids, len, N, &err)) {
             CHECK(0, "%s: prompts together: %s", name, err.msg);
         } else {
             for (int s = 0; s < N; s++) {
-                CHECK(ms_session_pos(together[s]) == len[s], "%s: session %d at %lld, not %lld",
-                      name, s, (long long)ms_session_pos(together[s]), (long long)len[s]);
+                CHECK(ms_session_pos(together[s]) == pre[s] + len[s],
+                      "%s: session %d at %lld, not %lld", name, s,
+                      (long long)ms_session_pos(together[s]), (long long)(pre[s] + len[s]));
                 CHECK(!memcmp(ms_session_logits(together[s]), solo + (size_t)(2 * s) * (size_t)V,
                               (size_t)V * 4),
-                      "%s: prompts of %lld, %lld, %lld together: session %d's logits differ "
-                      "from alone", name, (long long)len[0], (long long)len[1],
-                      (long long)len[2], s);
+                      "%s: prompts of %lld, %lld, %lld (after %lld, %lld, %lld) together: "
+                      "session %d's logits differ from alone", name, (long long)len[0],
+                      (long long)len[1], (long long)len[2], (long long)pre[0],
+                      (long long)pre[1], (long long)pre[2], s);
                 if (ms_session_eval(together[s], &next, 1, NULL, &err))
                     CHECK(0, "%s: %s", name, err.msg);
                 CHECK(!memcmp(ms_session_logits(together[s]),

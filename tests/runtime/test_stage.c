@@ -115,11 +115,12 @@ static int q_file(void *user, int op, uint64_t sid, int64_t ctx, int32_t kvf, co
 #define NP 13
 #define STEPS 4
 
-#define ROWS (NP + STEPS + 3 + 2 + 2)
+#define ROWS (NP + STEPS + 3 + 2 + 2 + 2)
 
 /* Everything one model gives for the script below: the prompt's rows, the
- * greedy steps, the branch after a rewind, a batched step, a session saved
- * to `path` and loaded into another, both going on by one token. */
+ * greedy steps, the branch after a rewind, a batched step, one token and a
+ * prompt of two sessions in one call, a session saved to `path` and loaded
+ * into another, both going on by one token. */
 static float *script(ms_engine *eng, int V, const char *path, ms_error *err)
 {
     size_t rows = ROWS;
@@ -152,6 +153,19 @@ static float *script(ms_engine *eng, int V, const char *path, ms_error *err)
         memcpy(o, ms_session_logits(a), (size_t)V * 4), o += V;
         memcpy(o, ms_session_logits(b), (size_t)V * 4), o += V;
     }
+    /* b's next token and d's prompt in one call (parts of the pipeline
+     * hold rows of both) */
+    ms_session *d = NULL;
+    int32_t seven = 7;
+    const int32_t *many[2] = {&seven, p + 1};
+    int64_t counts[2] = {1, 5};
+    rc = rc ? rc : ms_session_open(eng, &so, &d, err) ||
+                   ms_session_eval_many((ms_session *[]){b, d}, many, counts, 2, err);
+    if (rc == 0) {
+        memcpy(o, ms_session_logits(b), (size_t)V * 4), o += V;
+        memcpy(o, ms_session_logits(d), (size_t)V * 4), o += V;
+    }
+    ms_session_close(d);
     /* a's cache in a file (every stage's part), into a new session */
     ms_session *c = NULL;
     int32_t six = 6;
@@ -219,7 +233,7 @@ static void check_model(const char *dir, const char *name)
                 CHECK(memcmp(got, ref, rows * (size_t)V * 4) == 0,
                       "%s: %d stages, %d in flight: logits differ from the whole model", name,
                       K, inflight);
-            CHECK(c.nq == 0 && c.closed == 3, "%s: %d stages: %d results left, %d closes",
+            CHECK(c.nq == 0 && c.closed == 4, "%s: %d stages: %d results left, %d closes",
                   name, K, c.nq, c.closed);
             if (ok) { /* an image in memory would lack the stages' parts: refused */
                 ms_session *s = NULL;
