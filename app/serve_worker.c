@@ -350,13 +350,14 @@ static void fail_job(gen *g, int status, const char *type, const char *code, con
  *
  * Each slot has its own session (KV cache), sampler and parsers. Between
  * steps the worker admits queued jobs into free slots (the slot whose cache
- * shares the longest prefix with the prompt), evaluates one chunk of each
- * prompt still being read, then samples one token for every decoding slot
- * and evaluates all those tokens in one batched step: one pass over the
- * weights for all. A row never depends on the others, so each answer is
- * bit-identical to serving it alone. */
+ * shares the longest prefix with the prompt), samples one token for every
+ * decoding slot, and evaluates those tokens together with the next chunk
+ * of the prompts still being read: one pass over the weights for all. A
+ * row never depends on the others, so each answer is bit-identical to
+ * serving it alone. */
 
-#define PREFILL_CHUNK 256
+#define PREFILL_CHUNK 256 /* a prompt read alone: positions a call */
+#define PREFILL_MIN 16    /* beside decoding slots: the fewest a pass takes */
 
 typedef struct slot {
     ms_session *s;
@@ -560,22 +561,39 @@ static void prefill_failed(slot *sl, const ms_error *err)
     slot_free(sl);
 }
 
-/* Reads up to PREFILL_CHUNK more prompt positions of each slot in which[0..n)
- * in one call (ms_session_eval_many: prompts arriving together share the
- * passes over the weights, each with the logits it gets alone), and opens
- * the generation of those whose prompt is then in. A slot whose prompt
- * does not fit its context fails alone, before the call. Returns the
- * number of slots in which[] it ended, listed in ended[]. */
-static int slots_prefill(slot *slots, const int *which, int n, int *ended)
+/* One call over the weights (ms_session_eval_many: a row's results are
+ * those it gets alone): the token each decoding slot in dec[0..n_dec) has
+ * sampled, then more of each prompt still being read, reading[0..n_reading).
+ * Alone, a prompt goes PREFILL_CHUNK positions at a time; beside decoding
+ * slots, the prompts take the rows the pass has left (at least
+ * PREFILL_MIN), so that a newcomer delays the others' next token by about
+ * one pass. A slot whose prompt is then in opens its generation; one whose
+ * prompt does not fit its context fails alone, before the call. Returns
+ * the number of slots it ended, listed in ended[]; *n_read gets the number
+ * of prompts read in the call. */
+static int slots_pass(srv *sv, slot *slots, const int *dec, int n_dec, const int *reading,
+                      int n_reading, int *ended, int *n_read)
 {
     ms_session *ss[SRV_MAX_SLOTS];
     const int32_t *ids[SRV_MAX_SLOTS];
     int64_t counts[SRV_MAX_SLOTS];
     int go[SRV_MAX_SLOTS], n_go = 0, n_ended = 0;
-    for (int k = 0; k < n; k++) {
-        slot *sl = &slots[which[k]];
+    for (int k = 0; k < n_dec; k++) {
+        slot *sl = &slots[dec[k]];
+        ss[n_go] = sl->s;
+        ids[n_go] = &sl->next;
+        counts[n_go] = 1;
+        go[n_go++] = dec[k];
+    }
+    int64_t room = PREFILL_CHUNK;
+    if (n_dec) {
+        room = ms_engine_info(sv->eng)->pass_rows - n_dec;
+        room = room > PREFILL_MIN ? room : PREFILL_MIN;
+    }
+    for (int k = 0; k < n_reading && room > 0; k++) {
+        slot *sl = &slots[reading[k]];
         srv_job *j = sl->j;
-        int64_t c = j->n_ids - sl->fed < PREFILL_CHUNK ? j->n_ids - sl->fed : PREFILL_CHUNK;
+        int64_t c = j->n_ids - sl->fed < room ? j->n_ids - sl->fed : room;
         if (ms_session_pos(sl->s) + c > ms_session_ctx(sl->s)) {
             ms_error err = {.code = MS_E_CONTEXT_FULL};
             snprintf(err.msg, sizeof err.msg,
@@ -583,23 +601,29 @@ static int slots_prefill(slot *slots, const int *which, int n, int *ended)
                      "context of %lld tokens", (long long)ms_session_pos(sl->s), (long long)c,
                      (long long)ms_session_ctx(sl->s));
             prefill_failed(sl, &err);
-            ended[n_ended++] = which[k];
+            ended[n_ended++] = reading[k];
             continue;
         }
         ss[n_go] = sl->s;
         ids[n_go] = j->ids + sl->fed;
         counts[n_go] = c;
-        go[n_go++] = which[k];
+        go[n_go++] = reading[k];
+        if (n_dec)
+            room -= c;
     }
+    *n_read = n_go - n_dec;
     ms_error err = {0};
     if (n_go && ms_session_eval_many(ss, ids, counts, n_go, &err)) {
         for (int k = 0; k < n_go; k++) { /* not expected: each was checked */
-            prefill_failed(&slots[go[k]], &err);
+            if (k < n_dec)
+                slot_finish(sv, &slots[go[k]], &err);
+            else
+                prefill_failed(&slots[go[k]], &err);
             ended[n_ended++] = go[k];
         }
         return n_ended;
     }
-    for (int k = 0; k < n_go; k++) {
+    for (int k = n_dec; k < n_go; k++) {
         slot *sl = &slots[go[k]];
         sl->fed += counts[k];
         if (sl->fed == sl->j->n_ids && ms_gen_open(sl->s, &sl->go, &sl->gen, &err)) {
@@ -707,10 +731,20 @@ static int pick_slot(srv *sv, slot *slots, const srv_job *j)
     return at;
 }
 
+/* Slot i's job j ended: the slot is free for the next. */
+static void slot_ended(srv *sv, int i, srv_job *j)
+{
+    pthread_mutex_lock(&sv->mu);
+    sv->running[i] = NULL;
+    sv->n_running--;
+    pthread_mutex_unlock(&sv->mu);
+    srv_job_unref(j);
+}
+
 void *srv_worker(void *arg)
 {
     srv *sv = arg;
-    int64_t steps = 0, rows = 0;
+    int64_t steps = 0, rows = 0, mixed = 0; /* decode steps, their rows, those beside prompts */
     slot slots[SRV_MAX_SLOTS];
     memset(slots, 0, sizeof slots);
     for (int i = 0; i < sv->n_slots; i++)
@@ -752,40 +786,20 @@ void *srv_worker(void *arg)
             sv->running[k] = j;
             sv->n_running++;
             pthread_mutex_unlock(&sv->mu);
-            if (slot_start(sv, &slots[k], j)) {
-                pthread_mutex_lock(&sv->mu);
-                sv->running[k] = NULL;
-                sv->n_running--;
-                pthread_mutex_unlock(&sv->mu);
-                srv_job_unref(j);
-            }
+            if (slot_start(sv, &slots[k], j))
+                slot_ended(sv, k, j);
         }
-        /* one chunk of each prompt still being read, together */
-        int reading[SRV_MAX_SLOTS], n_reading = 0, ended[SRV_MAX_SLOTS];
-        srv_job *job_of[SRV_MAX_SLOTS]; /* by slot: an ended slot no longer holds it */
-        for (int i = 0; i < sv->n_slots; i++)
-            if (slots[i].j && !slots[i].gen) {
-                job_of[i] = slots[i].j;
-                reading[n_reading++] = i;
-            }
-        int n_ended = n_reading ? slots_prefill(slots, reading, n_reading, ended) : 0;
-        for (int e = 0; e < n_ended; e++) {
-            int i = ended[e];
-            srv_job *j = job_of[i];
-            pthread_mutex_lock(&sv->mu);
-            sv->running[i] = NULL;
-            sv->n_running--;
-            pthread_mutex_unlock(&sv->mu);
-            srv_job_unref(j);
-        }
-        /* one token for every decoding slot, evaluated together */
-        ms_session *step_s[SRV_MAX_SLOTS];
-        int32_t step_id[SRV_MAX_SLOTS];
-        int step_slot[SRV_MAX_SLOTS], n = 0;
+        /* a token for every decoding slot, sampled; the slots that end
+         * here (a stop, the cap, a cancel) go */
+        int dec[SRV_MAX_SLOTS], n_dec = 0, reading[SRV_MAX_SLOTS], n_reading = 0;
         for (int i = 0; i < sv->n_slots; i++) {
             slot *sl = &slots[i];
-            if (!sl->j || !sl->gen)
+            if (!sl->j)
                 continue;
+            if (!sl->gen) {
+                reading[n_reading++] = i;
+                continue;
+            }
             ms_error err = {0};
             if (__atomic_load_n(&sl->j->halt, __ATOMIC_RELAXED))
                 sl->halt = 1;
@@ -800,40 +814,34 @@ void *srv_worker(void *arg)
             if (rc != 0) {
                 srv_job *j = sl->j;
                 slot_finish(sv, sl, rc < 0 ? &err : NULL);
-                pthread_mutex_lock(&sv->mu);
-                sv->running[i] = NULL;
-                sv->n_running--;
-                pthread_mutex_unlock(&sv->mu);
-                srv_job_unref(j);
+                slot_ended(sv, i, j);
                 continue;
             }
-            step_s[n] = sl->s;
-            step_id[n] = sl->next;
-            step_slot[n++] = i;
+            dec[n_dec++] = i;
         }
-        if (!n)
+        if (!n_dec && !n_reading)
             continue;
-        steps++;
-        rows += n;
-        __atomic_add_fetch(&sv->m_steps, 1, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&sv->m_rows, n, __ATOMIC_RELAXED);
-        ms_error err = {0};
-        if (ms_session_eval_batch(step_s, step_id, n, &err))
-            for (int k = 0; k < n; k++) { /* not expected: each row was checked */
-                slot *sl = &slots[step_slot[k]];
-                srv_job *j = sl->j;
-                slot_finish(sv, sl, &err);
-                pthread_mutex_lock(&sv->mu);
-                sv->running[step_slot[k]] = NULL;
-                sv->n_running--;
-                pthread_mutex_unlock(&sv->mu);
-                srv_job_unref(j);
-            }
+        /* those tokens and more of the prompts being read, in one call */
+        if (n_dec) {
+            steps++;
+            rows += n_dec;
+            __atomic_add_fetch(&sv->m_steps, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&sv->m_rows, n_dec, __ATOMIC_RELAXED);
+        }
+        srv_job *job_of[SRV_MAX_SLOTS]; /* by slot: an ended slot no longer holds it */
+        for (int i = 0; i < sv->n_slots; i++)
+            job_of[i] = slots[i].j;
+        int ended[SRV_MAX_SLOTS], n_read = 0;
+        int n_ended = slots_pass(sv, slots, dec, n_dec, reading, n_reading, ended, &n_read);
+        mixed += n_dec && n_read;
+        for (int e = 0; e < n_ended; e++)
+            slot_ended(sv, ended[e], job_of[ended[e]]);
     }
     for (int i = 0; i < sv->n_slots; i++)
         slot_free(&slots[i]);
     if (steps)
-        fprintf(stderr, "serve: %lld decode steps, %lld rows (mean batch %.2f)\n",
-                (long long)steps, (long long)rows, (double)rows / (double)steps);
+        fprintf(stderr, "serve: %lld decode steps, %lld rows (mean batch %.2f), %lld of "
+                "them beside a prompt being read\n", (long long)steps, (long long)rows,
+                (double)rows / (double)steps, (long long)mixed);
     return NULL;
 }
