@@ -4,10 +4,13 @@
 # (ignore_eos) with its own prompt (bench/serve_clients.mjs, timed from the
 # client side). Per level: min/median/max over ROUNDS of the aggregate
 # generated tokens/s, per-client tok/s, time to first token p50/p95, the gap
-# between a request's streamed tokens p50/p95, the weight and disk bytes
+# between a request's streamed tokens p50/p95/max, the weight and disk bytes
 # read per generated token (from /metrics); then the mean batch the server
 # reports. The server runs with --parallel set to the largest level.
 #   bench/serve.sh MODEL_DIR [ROUNDS=3] [TOKENS=24] [LEVELS="1 2 4 8"]
+# STAGGER=MS starts client k of a round MS x k after the first (default 0: at once) and
+# PROMPT_WORDS=N lengthens each prompt by about N tokens, so that a late client's prompt
+# is read while the others decode.
 # The folder needs a tokenizer.json (synth writes none: copy one in). Use a
 # model with a chat template or none (completions are used: no template).
 # Under a memory limit: ../shared/tools/memlimit 6G -- bench/serve.sh ...
@@ -29,12 +32,12 @@ U=http://127.0.0.1:$port
 one() { curl -sN "$U/v1/completions" -d "{\"prompt\": \"Client $1 round $2 says\", \"max_tokens\": $TOK, \"ignore_eos\": true, \"temperature\": 0, \"stream\": true}" >/dev/null; }
 one 0 warm
 metric() { curl -s "$U/metrics" | sed -n "s/^$1 //p"; }
-echo "| clients | aggregate tok/s (min / median / max) | per client tok/s (median) | first token s (p50 / p95) | token gap ms (p50 / p95) | weight GB / token | disk GB / token |"
+echo "| clients | aggregate tok/s (min / median / max) | per client tok/s (median) | first token s (p50 / p95) | token gap ms (p50 / p95 / max) | weight GB / token | disk GB / token |"
 echo "|---|---|---|---|---|---|---|"
 for c in $LEVELS; do
   w0=$(metric moestream_weight_read_bytes_total); d0=$(metric moestream_disk_read_bytes_total)
   g0=$(metric moestream_generated_tokens_total)
-  row=$(node bench/serve_clients.mjs "$U" "$c" "$ROUNDS" "$TOK") || { echo "clients $c: $row"; exit 1; }
+  row=$(node bench/serve_clients.mjs "$U" "$c" "$ROUNDS" "$TOK" "${STAGGER:-0}" "${PROMPT_WORDS:-0}") || { echo "clients $c: $row"; exit 1; }
   w1=$(metric moestream_weight_read_bytes_total); d1=$(metric moestream_disk_read_bytes_total)
   g1=$(metric moestream_generated_tokens_total)
   printf '| %d | %s | %.3f | %.3f |\n' "$c" "$row" \
