@@ -356,8 +356,7 @@ static void fail_job(gen *g, int status, const char *type, const char *code, con
  * row never depends on the others, so each answer is bit-identical to
  * serving it alone. */
 
-#define PREFILL_CHUNK 256 /* a prompt read alone: positions a call */
-#define PREFILL_MIN 16    /* beside decoding slots: the fewest a pass takes */
+#define PREFILL_MIN 16 /* beside decoding slots: the fewest prompt rows a pass takes */
 
 typedef struct slot {
     ms_session *s;
@@ -564,10 +563,12 @@ static void prefill_failed(slot *sl, const ms_error *err)
 /* One call over the weights (ms_session_eval_many: a row's results are
  * those it gets alone): the token each decoding slot in dec[0..n_dec) has
  * sampled, then more of each prompt still being read, reading[0..n_reading).
- * Alone, a prompt goes PREFILL_CHUNK positions at a time; beside decoding
+ * With no slot decoding, each prompt goes a prefill span at a time (the
+ * engine reads each expert once per span: under a memory limit, a prompt
+ * that fits a span reads its experts from disk once). Beside decoding
  * slots, the prompts take the rows the pass has left (at least
- * PREFILL_MIN), so that a newcomer delays the others' next token by about
- * one pass. A slot whose prompt is then in opens its generation; one whose
+ * PREFILL_MIN), so that a newcomer delays the others' next token by one
+ * pass. A slot whose prompt is then in opens its generation; one whose
  * prompt does not fit its context fails alone, before the call. Returns
  * the number of slots it ended, listed in ended[]; *n_read gets the number
  * of prompts read in the call. */
@@ -585,7 +586,7 @@ static int slots_pass(srv *sv, slot *slots, const int *dec, int n_dec, const int
         counts[n_go] = 1;
         go[n_go++] = dec[k];
     }
-    int64_t room = PREFILL_CHUNK;
+    int64_t room = ms_engine_info(sv->eng)->prefill_span;
     if (n_dec) {
         room = ms_engine_info(sv->eng)->pass_rows - n_dec;
         room = room > PREFILL_MIN ? room : PREFILL_MIN;
