@@ -742,6 +742,18 @@ static void slot_ended(srv *sv, int i, srv_job *j)
     srv_job_unref(j);
 }
 
+/* Slot i's client went away while its prompt was being read. */
+static void prompt_cancelled(srv *sv, slot *sl, int i)
+{
+    srv_job *j = sl->j;
+    fprintf(stderr, "serve: %s: cancelled while its prompt was read (%lld of %lld positions), "
+            "%.3f s\n", j->id, (long long)sl->fed, (long long)j->n_ids, srv_now() - j->t_start);
+    __atomic_add_fetch(&sv->m_cancelled, 1, __ATOMIC_RELAXED);
+    srv_job_finish(j, 499, NULL);
+    slot_free(sl);
+    slot_ended(sv, i, j);
+}
+
 void *srv_worker(void *arg)
 {
     srv *sv = arg;
@@ -798,7 +810,10 @@ void *srv_worker(void *arg)
             if (!sl->j)
                 continue;
             if (!sl->gen) {
-                reading[n_reading++] = i;
+                if (__atomic_load_n(&sl->j->halt, __ATOMIC_RELAXED))
+                    prompt_cancelled(sv, sl, i); /* the rest of its prompt is not read */
+                else
+                    reading[n_reading++] = i;
                 continue;
             }
             ms_error err = {0};

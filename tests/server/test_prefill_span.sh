@@ -4,7 +4,9 @@
 # not once per smaller chunk: the weight bytes the server counts
 # (/metrics) for a ~700-token prompt with --prefill-span 1024 must be well
 # under those with --prefill-span 256 (the experts read three times
-# there), and the answers must be the same.
+# there), and the answers must be the same. A client that hangs up while
+# its prompt is read stops the reading at the next call (spans of 1
+# position here, so that reading takes seconds).
 set -u
 cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
@@ -46,4 +48,17 @@ b=$($PY -c "import json; print(json.load(open('$W/four.json'))['choices'][0]['te
 $PY -c "import sys; sys.exit(0 if 0 < $one_bytes < 0.7 * $four_bytes else 1)" &&
   pass "span_reads_experts_once ($one_bytes weight bytes in one span, $four_bytes in spans of 256)" ||
   fail span_reads_experts_once "$one_bytes weight bytes in one span of 1024, $four_bytes in spans of 256"
+# a hangup while the prompt is read: 16,000 positions one a call (10-18 s
+# on this machine's tiny model), the client gone after 1.5 s
+start_server slow "$M" --ctx 16384 --parallel 2 --prefill-span 1 || exit 1
+long=$($PY -c "print('Hang up on me' + ' more' * 16000)")
+curl -s --max-time 1.5 "$slow_url/v1/completions" -d "{\"prompt\": \"$long\", \"max_tokens\": 1}" \
+  >/dev/null 2>&1
+for i in $(seq 1 100); do grep -q "cancelled while its prompt was read" "$W/slow.log" && break; sleep 0.1; done
+line=$(grep "cancelled while its prompt was read" "$W/slow.log")
+read -r fed total <<<"$(sed -n 's/.*(\([0-9]*\) of \([0-9]*\) positions).*/\1 \2/p' <<<"$line")"
+[ -n "${fed:-}" ] && [ "$fed" -lt "$total" ] &&
+  pass "prompt_hangup_stops_reading ($fed of $total positions read)" ||
+  fail prompt_hangup_stops_reading "no cancel within 10 s of the hangup: $(tail -2 "$W/slow.log" | tr '\n' ' ')"
+stop_server slow
 [ "$fails" -eq 0 ]
