@@ -27,6 +27,7 @@ enum ms_status {
     MS_E_ARG = -5,          /* bad argument from the caller */
     MS_E_CONTEXT_FULL = -6, /* the KV cache has no room for the request */
     MS_E_MISMATCH = -7,     /* L0: checkpoint does not match its family */
+    MS_E_CANCELLED = -8,    /* the caller's cancel flag was set (ms_session_set_cancel) */
 };
 
 typedef struct ms_error {
@@ -167,6 +168,12 @@ int ms_session_truncate(ms_session *s, int64_t keep, ms_error *err);
  * pos + n > ctx. */
 int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n,
                     float *logits, ms_error *err);
+/* A flag ms_session_eval polls after each layer (NULL: none; not with
+ * pipeline stages). Once it is set, the call stops with MS_E_CANCELLED:
+ * the session keeps the spans of the call already done, or holds nothing
+ * where the stopped span had overwritten history a sliding-window layer
+ * still needed. ms_session_eval_many and _eval_batch do not poll it. */
+void ms_session_set_cancel(ms_session *s, const volatile int *flag);
 
 /* One decode step of several sessions of one engine at once: ids[i] is
  * evaluated at session i's next position (each session appears once; at

@@ -265,6 +265,17 @@ static int non_finite(int l, ms_err *err)
                       "the residual stream: the checkpoint's weights or config give them", l);
 }
 
+/* After layer l: whether the caller asked the call to stop (not after the
+ * last layer, where finishing costs only the head). */
+static int stop_asked(const ms_model *b, const ms_fwd *f, int l, ms_err *err)
+{
+    if (!f->cancel || !*f->cancel || l + 1 == b->layer1)
+        return 0;
+    ms_err_set(err, MS_E_CANCELLED, "cancelled after layer %d of %d", l + 1 - b->layer0,
+               b->layer1 - b->layer0);
+    return 1;
+}
+
 int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
 {
     ms_model *b = dec->base;
@@ -295,6 +306,8 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
                 return non_finite(l, err);
             if (f->on_layer)
                 f->on_layer(f->on_layer_ctx, l + 1 - b->layer0, b->layer1 - b->layer0);
+            if (stop_asked(b, f, l, err))
+                return -1;
             continue;
         }
         for (int64_t b0 = 0; b0 < n; b0 += B) {
@@ -326,6 +339,8 @@ int ms_decoder_forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         t0 = t1;
         if (f->on_layer)
             f->on_layer(f->on_layer_ctx, l + 1 - b->layer0, b->layer1 - b->layer0);
+        if (stop_asked(b, f, l, err))
+            return -1;
     }
     if (f->x_out) {
         memcpy(f->x_out, r.x, sizeof *r.x * (size_t)(n * d));

@@ -62,6 +62,8 @@ typedef struct ms_fwd {
      * NULL: none */
     void (*on_layer)(void *ctx, int layers_done, int n_layers);
     void *on_layer_ctx;
+    const volatile int *cancel; /* polled after each layer: set, the call fails
+                                   (MS_E_CANCELLED) with the cache written ahead */
     ms_timers *timers;
     /* Pipeline stages (runtime/stage.c). x_in [n][d]: the residual entering
      * this model's first layer, instead of embedding ids; x_out [n][d]:

@@ -196,6 +196,29 @@ static void report_layer(void *ctx, int done, int n_layers)
                          &(ms_progress){"prefill", at, p->n, ms_now() - p->t0});
 }
 
+void ms_session_set_cancel(ms_session *s, const volatile int *flag)
+{
+    s->cancel = flag;
+}
+
+/* A span of nb positions from s->pos stopped part way: some layers stored
+ * its keys and values, the session's position did not move. A
+ * sliding-window layer's ring of cap slots lost position q to q + cap
+ * where q + cap < pos + nb; the oldest position the next row needs is
+ * max(0, pos - window + 1). Where that was lost, the session starts over. */
+static void span_stopped(ms_session *s, int64_t nb)
+{
+    const ms_model *m = s->eng->model;
+    for (int l = 0; l < m->n_layers && s->pos > 0; l++) {
+        int64_t w = m->kv_window[l], need = s->pos - w + 1 > 0 ? s->pos - w + 1 : 0;
+        if (w && need + s->kv[l].cap < s->pos + nb) {
+            s->pos = 0;
+            break;
+        }
+    }
+    s->have_logits = 0;
+}
+
 int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
                     ms_error *err)
 {
@@ -218,9 +241,14 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
             .logits = logits ? logits + off * m->vocab : last ? s->logits : NULL,
             .logits_all = logits != NULL,
             .on_layer = report ? report_layer : NULL, .on_layer_ctx = &pp,
+            .cancel = s->eng->link.send ? NULL : s->cancel,
         };
-        if (ms_stage_forward(s->eng, &f, &s, err) ||
-            check_logits(f.logits, f.logits_all ? nb : f.logits ? 1 : 0, m->vocab, 0, err))
+        if (ms_stage_forward(s->eng, &f, &s, err)) {
+            if (err && err->code == MS_E_CANCELLED)
+                span_stopped(s, nb);
+            return -1;
+        }
+        if (check_logits(f.logits, f.logits_all ? nb : f.logits ? 1 : 0, m->vocab, 0, err))
             return -1;
         memcpy(s->hist + s->pos, ids + off, sizeof *ids * (size_t)nb);
         s->pos += nb;

@@ -20,6 +20,7 @@ struct ms_session {
     ms_trace *trace;
     int32_t *hist;         /* [ctx]: the token at each cached position */
     uint64_t sid;          /* ms_session_id */
+    const volatile int *cancel; /* ms_session_set_cancel */
 };
 
 #endif
