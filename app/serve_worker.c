@@ -560,6 +560,19 @@ static void prefill_failed(slot *sl, const ms_error *err)
     slot_free(sl);
 }
 
+/* The slot's client went away while its prompt was being read: the job
+ * ends (499) and the slot is freed. */
+static void prompt_cancelled(srv *sv, slot *sl)
+{
+    srv_job *j = sl->j;
+    fprintf(stderr, "serve: %s: cancelled while its prompt was read (%lld of %lld positions), "
+            "%.3f s\n", j->id, (long long)ms_session_pos(sl->s), (long long)j->n_ids,
+            srv_now() - j->t_start);
+    __atomic_add_fetch(&sv->m_cancelled, 1, __ATOMIC_RELAXED);
+    srv_job_finish(j, 499, NULL);
+    slot_free(sl);
+}
+
 /* One call over the weights (ms_session_eval_many: a row's results are
  * those it gets alone): the token each decoding slot in dec[0..n_dec) has
  * sampled, then more of each prompt still being read, reading[0..n_reading).
@@ -614,7 +627,20 @@ static int slots_pass(srv *sv, slot *slots, const int *dec, int n_dec, const int
     }
     *n_read = n_go - n_dec;
     ms_error err = {0};
-    if (n_go && ms_session_eval_many(ss, ids, counts, n_go, &err)) {
+    /* a prompt read alone stops between two layers when its client goes
+     * (several sessions' rows in a pass are not stopped for one) */
+    int lone = n_go == 1 && n_dec == 0;
+    if (lone)
+        ms_session_set_cancel(ss[0], &slots[go[0]].j->halt);
+    int rc = n_go ? ms_session_eval_many(ss, ids, counts, n_go, &err) : 0;
+    if (lone)
+        ms_session_set_cancel(ss[0], NULL);
+    if (rc && lone && err.code == MS_E_CANCELLED) {
+        prompt_cancelled(sv, &slots[go[0]]);
+        ended[n_ended++] = go[0];
+        return n_ended;
+    }
+    if (rc) {
         for (int k = 0; k < n_go; k++) { /* not expected: each was checked */
             if (k < n_dec)
                 slot_finish(sv, &slots[go[k]], &err);
@@ -742,18 +768,6 @@ static void slot_ended(srv *sv, int i, srv_job *j)
     srv_job_unref(j);
 }
 
-/* Slot i's client went away while its prompt was being read. */
-static void prompt_cancelled(srv *sv, slot *sl, int i)
-{
-    srv_job *j = sl->j;
-    fprintf(stderr, "serve: %s: cancelled while its prompt was read (%lld of %lld positions), "
-            "%.3f s\n", j->id, (long long)sl->fed, (long long)j->n_ids, srv_now() - j->t_start);
-    __atomic_add_fetch(&sv->m_cancelled, 1, __ATOMIC_RELAXED);
-    srv_job_finish(j, 499, NULL);
-    slot_free(sl);
-    slot_ended(sv, i, j);
-}
-
 void *srv_worker(void *arg)
 {
     srv *sv = arg;
@@ -810,10 +824,13 @@ void *srv_worker(void *arg)
             if (!sl->j)
                 continue;
             if (!sl->gen) {
-                if (__atomic_load_n(&sl->j->halt, __ATOMIC_RELAXED))
-                    prompt_cancelled(sv, sl, i); /* the rest of its prompt is not read */
-                else
+                if (__atomic_load_n(&sl->j->halt, __ATOMIC_RELAXED)) {
+                    srv_job *j = sl->j;
+                    prompt_cancelled(sv, sl); /* the rest of its prompt is not read */
+                    slot_ended(sv, i, j);
+                } else {
                     reading[n_reading++] = i;
+                }
                 continue;
             }
             ms_error err = {0};
