@@ -127,7 +127,15 @@ static int chat_turn(chat_ctx *cx, ms_error *err)
         goto out;
     if (cx->o->no_reuse) /* full re-prefill every turn (tests, measurements) */
         ms_session_truncate(cx->s, 0, err);
-    if (ms_session_sync(cx->s, ids, n, &reused, err)) {
+    interrupted = 0;
+    ms_session_set_cancel(cx->s, (const volatile int *)&interrupted); /* Ctrl-C: the prompt */
+    int synced = ms_session_sync(cx->s, ids, n, &reused, err);
+    ms_session_set_cancel(cx->s, NULL);
+    if (synced) {
+        if (err->code == MS_E_CANCELLED) {
+            fprintf(stderr, "[stopped while reading the prompt]\n");
+            interrupted = 0;
+        }
         if (err->code == MS_E_CONTEXT_FULL)
             fprintf(stderr, "moestream: the conversation (%lld tokens) no longer fits the "
                     "context of %lld tokens: /reset or a larger --ctx\n", (long long)n,
@@ -325,9 +333,9 @@ int cmd_chat(int argc, char **argv)
         if (text != line)
             free(line);
         if (convo_add(&cx.c, "user", text, NULL) || chat_turn(&cx, &err)) {
-            if (err.code != MS_E_CONTEXT_FULL)
+            if (err.code != MS_E_CONTEXT_FULL && err.code != MS_E_CANCELLED)
                 goto out;
-            convo_clear(&cx.c, cx.c.n - 1); /* drop the turn that did not fit */
+            convo_clear(&cx.c, cx.c.n - 1); /* drop the turn that did not fit or was stopped */
         }
     }
     rc = 0;

@@ -4,7 +4,8 @@
 # message, a 3-line paste is one turn, arrow keys edit the line, Up recalls
 # the history (saved under $XDG_STATE_HOME), /help is answered by chat and
 # not sent to the model, Ctrl-C at the prompt drops the line, Ctrl-C during
-# an answer stops it and the conversation goes on, Ctrl-D ends with status 0
+# an answer stops it and the conversation goes on, Ctrl-C while a long
+# message is read stops the reading and drops the turn, Ctrl-D ends with status 0
 # and no "^D" left on the screen. What reached the model is read from
 # --stats ("the message: N bytes in L lines") and the history file.
 set -u
@@ -113,5 +114,24 @@ wait_for c "EXIT=" "$W/c.exit" 20
 [ "$(grep -c stopped "$W/c.err")" = 2 ] && grep -q "the message: 4 bytes" "$W/c.err" &&
   grep -q "EXIT=0" "$W/c.exit" && pass ctrl_c_stops_answer_keeps_session ||
   fail ctrl_c_stops_answer_keeps_session "$(tail -4 "$W/c.err") $(cat "$W/c.exit" 2>&1)"
+
+# ---- Ctrl-C while a long prompt is read -----------------------------------------------
+# one position a call, so that the 60,000-character message takes seconds to read
+start r -n 2 --temp 0 --stats --prefill-span 1 --ctx 20000 ||
+  { fail chat_started "$(cat "$W/r.err")"; exit 1; }
+$T load-buffer -b bigr "$W/big.txt"
+$T paste-buffer -p -b bigr -t r
+sleep 0.5
+$T send-keys -t r Enter
+sleep 1
+$T send-keys -t r C-c
+wait_for r "stopped while reading the prompt" "$W/r.err" 30 1
+$T send-keys -t r "again" Enter
+wait_for r "the message: " "$W/r.err" 60 1
+$T send-keys -t r C-d
+wait_for r "EXIT=" "$W/r.exit" 20
+grep -q "stopped while reading the prompt" "$W/r.err" && [ "$(turns r)" = 1 ] &&
+  grep -q "the message: 5 bytes in 1 line" "$W/r.err" && grep -q "EXIT=0" "$W/r.exit" &&
+  pass ctrl_c_stops_prompt_reading || fail ctrl_c_stops_prompt_reading "$(tail -4 "$W/r.err") $(cat "$W/r.exit" 2>&1)"
 
 [ $fails -eq 0 ]
