@@ -270,6 +270,16 @@ int ms_session_eval(ms_session *s, const int32_t *ids, int64_t n, float *logits,
     return 0;
 }
 
+void ms_session_count_rows(ms_session *const *ss, const int *seq, int64_t n, double dt)
+{
+    for (int64_t t = 0; t < n; t++) {
+        ms_stats *st = &ss[seq[t]]->stats;
+        int alone = (t == 0 || seq[t - 1] != seq[t]) && (t == n - 1 || seq[t + 1] != seq[t]);
+        *(alone ? &st->n_decode_tokens : &st->n_prefill_tokens) += 1;
+        *(alone ? &st->t_decode : &st->t_prefill) += dt / (double)n;
+    }
+}
+
 /* One forward call over rows [0, n) of sessions ss: row t is the next
  * position of session seq[t] (a session's rows consecutive and in order);
  * logits for the rows in last[0..n_last) (each the final row of its
@@ -303,15 +313,13 @@ static int eval_pass(ms_session *const *ss, int n_seq, const int32_t *ids, const
                      check_logits(logits, n_last, m->vocab, n_seq > 1, err)
                  ? -1
                  : 0;
-        double dt = ms_now() - t0;
+        if (rc == 0)
+            ms_session_count_rows(ss, seq, n, ms_now() - t0);
         for (int i = 0; rc == 0 && i < n_seq; i++)
             ss[i]->have_logits = 0; /* until its last token: in this pass or a later one */
         for (int64_t t = 0, i = 0; rc == 0 && t < n; t++) {
             ms_session *s = ss[seq[t]];
             s->hist[s->pos++] = ids[t];
-            int alone = (t == 0 || seq[t - 1] != seq[t]) && (t == n - 1 || seq[t + 1] != seq[t]);
-            *(alone ? &s->stats.n_decode_tokens : &s->stats.n_prefill_tokens) += 1;
-            *(alone ? &s->stats.t_decode : &s->stats.t_prefill) += dt / (double)n;
             if (i < n_last && last[i] == t) {
                 memcpy(s->logits, logits + i * m->vocab, (size_t)m->vocab * 4);
                 s->have_logits = 1;
@@ -362,7 +370,6 @@ int ms_session_eval_many(ms_session *const *ss, const int32_t *const *ids,
     if (n <= 0)
         return ms_err_set(err, MS_E_ARG, "nothing to evaluate (0 sessions)");
     ms_engine *eng = ss[0]->eng;
-    ms_model *m = eng->model;
     for (int i = 0; i < n; i++) {
         if (ss[i]->eng != eng)
             return ms_err_set(err, MS_E_ARG, "sessions evaluated together need one engine");
@@ -379,7 +386,7 @@ int ms_session_eval_many(ms_session *const *ss, const int32_t *const *ids,
         return ms_session_eval(ss[0], ids[0], counts[0], NULL, err);
     /* passes of at most cap rows, the sessions' tokens in order: a session
      * may end one pass and begin the next */
-    int64_t cap = m->max_batch < m->max_span ? m->max_batch : m->max_span;
+    int64_t cap = eng->info.pass_rows;
     int32_t *rid = ms_malloc(sizeof *rid * (size_t)cap, "pass rows", err);
     int *seq = ms_malloc(sizeof *seq * (size_t)cap, "pass rows", err);
     int64_t *last = ms_malloc(sizeof *last * (size_t)cap, "pass rows", err);

@@ -23,4 +23,9 @@ struct ms_session {
     const volatile int *cancel; /* ms_session_set_cancel */
 };
 
+/* The statistics of a call of n rows taking dt seconds, row t a position
+ * of session ss[seq[t]] (a session's rows consecutive): a session's row
+ * counts as decode where it is its only one, else as prefill. */
+void ms_session_count_rows(ms_session *const *ss, const int *seq, int64_t n, double dt);
+
 #endif

@@ -244,13 +244,10 @@ int ms_stage_eval(ms_session *const *ss, const ms_stage_rows *r, float *x, ms_er
                 .timers = &s0->timers, .x_in = x, .x_out = x};
     if (m->family->forward(m, &f, err))
         return -1;
-    double dt = ms_now() - t0;
+    ms_session_count_rows(sl, seq, n, ms_now() - t0);
     for (int64_t t = 0; t < n; t++) {
         ms_session *s = sl[seq[t]];
-        s->hist[s->pos++] = 0;
-        int alone = (t == 0 || seq[t - 1] != seq[t]) && (t == n - 1 || seq[t + 1] != seq[t]);
-        *(alone ? &s->stats.n_decode_tokens : &s->stats.n_prefill_tokens) += 1;
-        *(alone ? &s->stats.t_decode : &s->stats.t_prefill) += dt / (double)n;
+        s->hist[s->pos++] = 0; /* ids: the first stage's */
     }
     return 0;
 }
