@@ -1,10 +1,11 @@
-/* Memory available to the process, cgroup-aware. */
+/* Memory available to the process, cgroup-aware; huge-page mappings. */
 #include "base/sysmem.h"
 #include "moestream.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static uint64_t meminfo_available(void)
 {
@@ -98,6 +99,49 @@ uint64_t ms_mem_available(void)
     if (c && (!a || c < a))
         return c;
     return a;
+}
+
+enum { HUGE_PAGE = 2u << 20 };
+
+void *ms_map_huge(size_t bytes)
+{
+    /* reserve a huge page more, then trim to the first boundary: a kernel
+     * that does not align large mappings itself (before 6.7) would
+     * otherwise leave the arena's first and last 2 MiB regions partial */
+    size_t span = bytes + HUGE_PAGE;
+    uint8_t *r = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED)
+        return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)r + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (p > r)
+        munmap(r, (size_t)(p - r));
+    uint8_t *end = p + ((bytes + 4095) & ~(size_t)4095);
+    if (r + span > end)
+        munmap(end, (size_t)(r + span - end));
+    (void)madvise(p, bytes, MADV_HUGEPAGE); /* EINVAL without THP: small pages then */
+    return p;
+}
+
+int64_t ms_huge_bytes(const void *p, size_t bytes)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+    char line[512];
+    int inside = 0;
+    int64_t total = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        unsigned long long kb;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = a >= lo && b <= hi;
+        else if (inside && sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) {
+            total += (int64_t)kb * 1024;
+        }
+    }
+    fclose(f);
+    return total;
 }
 
 int64_t ms_parse_size(const char *s)

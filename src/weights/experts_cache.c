@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/sysmem.h"
 #include "weights/evict.h"
 #include "weights/usage_file.h"
 
@@ -564,12 +565,10 @@ int ms_expert_cache_start(ms_expert_store *st, const ms_expert_opts *o, ms_err *
     st->n_slots = (int)(n < max_slots ? n : max_slots);
     c->read_depth = o->read_depth > 0 ? o->read_depth : 2;
     size_t bytes = (size_t)st->n_slots * st->slot_bytes;
-    c->arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (c->arena == MAP_FAILED) {
-        c->arena = NULL;
+    c->arena = ms_map_huge(bytes);
+    if (!c->arena)
         return ms_err_set(err, MS_E_NOMEM, "cannot reserve %.1f MB for the expert cache",
                           (double)bytes / 1e6);
-    }
     c->slots = ms_calloc((size_t)st->n_slots, sizeof *c->slots, "expert slots", err);
     c->slot_of = ms_malloc(sizeof *c->slot_of * max_slots, "expert index", err);
     c->b = ms_calloc((size_t)st->n_experts, sizeof *c->b, "expert batch", err);
@@ -589,9 +588,14 @@ int ms_expert_cache_start(ms_expert_store *st, const ms_expert_opts *o, ms_err *
     int direct = 0;
     for (int f = 0; f < st->ck->n_files; f++)
         direct += c->direct[f];
+    /* registered slots are all in memory now; others fill as they are read */
+    int64_t huge = c->registered ? ms_huge_bytes(c->arena, bytes) : -1;
+    char hp[64] = "";
+    if (huge >= 0)
+        snprintf(hp, sizeof hp, ", %.0f%% in huge pages", 100.0 * (double)huge / (double)bytes);
     snprintf(st->desc, sizeof st->desc,
-             "engine cache %.2f GB: %d slots of %.2f MB, %s reads via %s%s",
-             (double)bytes / 1e9, st->n_slots, (double)st->slot_bytes / 1e6,
+             "engine cache %.2f GB: %d slots of %.2f MB%s, %s reads via %s%s",
+             (double)bytes / 1e9, st->n_slots, (double)st->slot_bytes / 1e6, hp,
              direct == st->ck->n_files ? "O_DIRECT" : direct ? "partly O_DIRECT" : "buffered",
              c->io->v->name, c->registered ? " (registered buffers)" : "");
     return 0;
