@@ -2,6 +2,7 @@
 #include "base/sysmem.h"
 #include "moestream.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,23 +104,42 @@ uint64_t ms_mem_available(void)
 
 enum { HUGE_PAGE = 2u << 20 };
 
-void *ms_map_huge(size_t bytes)
+/* Maps `bytes` at a 2 MiB boundary: a huge page more is reserved, the
+ * mapping is made at the first boundary inside (MAP_FIXED over the
+ * reservation), and the slack on both sides is given back. A kernel that
+ * does not align large mappings itself (before 6.7, and file mappings)
+ * would otherwise leave the first and last 2 MiB regions partial, or, for
+ * a file, every region off by the mapping's offset. */
+static void *map_aligned(size_t bytes, int prot, int flags, int fd)
 {
-    /* reserve a huge page more, then trim to the first boundary: a kernel
-     * that does not align large mappings itself (before 6.7) would
-     * otherwise leave the arena's first and last 2 MiB regions partial */
     size_t span = bytes + HUGE_PAGE;
-    uint8_t *r = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED)
         return NULL;
     uint8_t *p = (uint8_t *)(((uintptr_t)r + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (mmap(p, bytes, prot, flags | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        int e = errno;
+        munmap(r, span);
+        errno = e;
+        return NULL;
+    }
+    uint8_t *end = p + ((bytes + 4095) & ~(size_t)4095);
     if (p > r)
         munmap(r, (size_t)(p - r));
-    uint8_t *end = p + ((bytes + 4095) & ~(size_t)4095);
     if (r + span > end)
         munmap(end, (size_t)(r + span - end));
     (void)madvise(p, bytes, MADV_HUGEPAGE); /* EINVAL without THP: small pages then */
     return p;
+}
+
+void *ms_map_huge(size_t bytes)
+{
+    return map_aligned(bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+}
+
+const void *ms_map_file_huge(int fd, size_t bytes)
+{
+    return map_aligned(bytes, PROT_READ, MAP_SHARED, fd);
 }
 
 int64_t ms_huge_bytes(const void *p, size_t bytes)
@@ -127,7 +147,7 @@ int64_t ms_huge_bytes(const void *p, size_t bytes)
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f)
         return -1;
-    uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+    uintptr_t lo = (uintptr_t)p, hi = (lo + bytes + 4095) & ~(uintptr_t)4095;
     char line[512];
     int inside = 0;
     int64_t total = 0;
@@ -136,7 +156,8 @@ int64_t ms_huge_bytes(const void *p, size_t bytes)
         unsigned long long kb;
         if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
             inside = a >= lo && b <= hi;
-        else if (inside && sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) {
+        else if (inside && (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1 ||
+                            sscanf(line, "FilePmdMapped: %llu kB", &kb) == 1)) {
             total += (int64_t)kb * 1024;
         }
     }

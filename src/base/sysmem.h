@@ -20,8 +20,17 @@ uint64_t ms_mem_available(void);
  * the memory, in small pages. Release with munmap(p, bytes). */
 void *ms_map_huge(size_t bytes);
 
-/* Bytes of [p, p + bytes) the kernel holds in huge pages now: the
- * AnonHugePages of the mappings in /proc/self/smaps that lie inside it
+/* A whole file of `bytes` mapped read-only (shared) at a 2 MiB boundary,
+ * asked for in huge pages: a page-cache folio of 2 MiB read through this
+ * mapping can then be mapped whole. Where the kernel's page cache holds
+ * large folios for the file system (ext4 from Linux 6.16, xfs), faults and
+ * MADV_POPULATE_READ through such a mapping read PMD-sized folios; older
+ * kernels give small pages, as a plain mapping does. NULL on failure, with
+ * errno. Release with munmap(p, bytes). */
+const void *ms_map_file_huge(int fd, size_t bytes);
+
+/* Bytes of [p, p + bytes) mapped in huge pages now: the AnonHugePages and
+ * FilePmdMapped of the mappings in /proc/self/smaps that lie inside it
  * (0 when none does), or -1 when smaps cannot be read. */
 int64_t ms_huge_bytes(const void *p, size_t bytes);
 

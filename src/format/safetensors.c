@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/json.h"
+#include "base/sysmem.h"
 
 /* Open files, for naming the culprit when a mapped page cannot be read
  * (SIGBUS after a shard is truncated under us). Slots are claimed with an
@@ -308,9 +309,8 @@ int ms_st_open(const char *path, int file_index, ms_st_file *f, ms_err *err)
                    path, (unsigned long long)f->size);
         goto fail;
     }
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
+    f->map = ms_map_file_huge(f->fd, f->size);
+    if (!f->map) {
         ms_err_set(err, MS_E_IO, "%s: mmap failed: %s", path, strerror(errno));
         goto fail;
     }

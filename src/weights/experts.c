@@ -105,6 +105,19 @@ uint64_t ms_expert_total_bytes(const ms_expert_store *st)
     return n;
 }
 
+int ms_expert_store_spans(const ms_expert_store *st, ms_span *out)
+{
+    int n = 0;
+    const ms_span *sp = st->spans;
+    for (int64_t i = 0; sp && i < (int64_t)st->n_layers * st->n_experts * st->n_mats * 2; i++)
+        if (sp[i].file >= 0 && sp[i].nbytes) {
+            if (out)
+                out[n] = sp[i];
+            n++;
+        }
+    return n;
+}
+
 ms_expert_policy ms_expert_store_policy(const ms_expert_store *st)
 {
     return st->policy;

@@ -138,6 +138,10 @@ uint64_t ms_expert_total_bytes(const ms_expert_store *st);
 int ms_expert_store_probe(const ms_expert_store *st, const ms_checkpoint *ck, int n, int depth,
                           double *bytes_per_s, ms_err *err);
 
+/* The spans of every registered expert (absent scales left out), into out
+ * when not NULL; returns their count. */
+int ms_expert_store_spans(const ms_expert_store *st, ms_span *out);
+
 ms_expert_policy ms_expert_store_policy(const ms_expert_store *st);
 /* One line describing policy, budget, slots and backend. */
 const char *ms_expert_store_describe(const ms_expert_store *st);
