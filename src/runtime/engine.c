@@ -226,7 +226,9 @@ static void populate_weights(ms_engine *eng)
         int64_t h = ms_huge_bytes(eng->ck->files[f].map, eng->ck->files[f].size);
         huge += h > 0 ? h : 0;
     }
+    /* the mappings hold headers and unused tensors too: at most all */
     eng->huge_share = total ? (double)huge / (double)total : 0;
+    eng->huge_share = eng->huge_share < 1 ? eng->huge_share : 1;
 }
 
 uint64_t ms_topk_bytes(const ms_model *m)
