@@ -142,27 +142,35 @@ const void *ms_map_file_huge(int fd, size_t bytes)
     return map_aligned(bytes, PROT_READ, MAP_SHARED, fd);
 }
 
-int64_t ms_huge_bytes(const void *p, size_t bytes)
+int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes)
 {
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f)
         return -1;
-    uintptr_t lo = (uintptr_t)p, hi = (lo + bytes + 4095) & ~(uintptr_t)4095;
     char line[512];
     int inside = 0;
     int64_t total = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long a, b;
         unsigned long long kb;
-        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
-            inside = a >= lo && b <= hi;
-        else if (inside && (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1 ||
-                            sscanf(line, "FilePmdMapped: %llu kB", &kb) == 1)) {
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = 0;
+            for (int i = 0; i < n && !inside; i++) {
+                uintptr_t lo = (uintptr_t)p[i], hi = (lo + bytes[i] + 4095) & ~(uintptr_t)4095;
+                inside = a >= lo && b <= hi;
+            }
+        } else if (inside && (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1 ||
+                              sscanf(line, "FilePmdMapped: %llu kB", &kb) == 1)) {
             total += (int64_t)kb * 1024;
         }
     }
     fclose(f);
     return total;
+}
+
+int64_t ms_huge_bytes(const void *p, size_t bytes)
+{
+    return ms_huge_bytes_n(1, &p, &bytes);
 }
 
 int64_t ms_parse_size(const char *s)

@@ -33,6 +33,9 @@ const void *ms_map_file_huge(int fd, size_t bytes);
  * FilePmdMapped of the mappings in /proc/self/smaps that lie inside it
  * (0 when none does), or -1 when smaps cannot be read. */
 int64_t ms_huge_bytes(const void *p, size_t bytes);
+/* The same over n ranges [p[i], p[i] + bytes[i]), in one read of smaps
+ * (which walks the page tables of every mapping of the process). */
+int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes);
 
 /* ms_parse_size (a size as users write it) is declared in moestream.h. */
 

@@ -174,14 +174,15 @@ static int span_order(const void *a, const void *b)
  * 8-9 -> 21-25 tok/s on the synthetic gpt-oss-20b (docs/perf.md, "Huge
  * pages"). Files cached earlier in small pages stay so; the log then says
  * how much is mapped in huge pages. A kernel without MADV_POPULATE_READ
- * (before 5.14) maps pages on first use, as before, and the log says so. */
-static void populate_weights(ms_engine *eng)
+ * (before 5.14) maps pages on first use, as before, and the log says so.
+ * Returns the share of the weights' bytes mapped in huge pages. */
+static double populate_weights(ms_engine *eng)
 {
     enum { STEP = 256 << 20, REGION = 2 << 20 };
     int ne = ms_expert_store_spans(eng->model->experts, NULL), n = eng->n_dense + ne;
     ms_span *v = malloc(sizeof *v * (size_t)(n ? n : 1));
     if (!v)
-        return; /* an optimisation: pages then map on first use */
+        return 0; /* an optimisation: pages then map on first use */
     memcpy(v, eng->dense, sizeof *v * (size_t)eng->n_dense);
     ms_expert_store_spans(eng->model->experts, v + eng->n_dense);
     qsort(v, (size_t)n, sizeof *v, span_order);
@@ -213,7 +214,7 @@ static void populate_weights(ms_engine *eng)
                 ms_logf(&eng->log, "cannot map the weights' pages ahead (madvise: %s); they "
                         "are mapped on first use", strerror(errno));
                 free(v);
-                return;
+                return 0;
             }
             done += len;
             if (eng->progress)
@@ -221,14 +222,22 @@ static void populate_weights(ms_engine *eng)
                                                                  (int64_t)total, ms_now() - t0});
         }
     free(v);
+    int nf = eng->ck->n_files;
+    const void **maps = malloc(sizeof *maps * (size_t)nf);
+    size_t *sizes = malloc(sizeof *sizes * (size_t)nf);
     int64_t huge = 0;
-    for (int f = 0; f < eng->ck->n_files; f++) {
-        int64_t h = ms_huge_bytes(eng->ck->files[f].map, eng->ck->files[f].size);
-        huge += h > 0 ? h : 0;
+    if (maps && sizes) {
+        for (int f = 0; f < nf; f++) {
+            maps[f] = eng->ck->files[f].map;
+            sizes[f] = eng->ck->files[f].size;
+        }
+        huge = ms_huge_bytes_n(nf, maps, sizes);
     }
+    free(maps);
+    free(sizes);
     /* the mappings hold headers and unused tensors too: at most all */
-    eng->huge_share = total ? (double)huge / (double)total : 0;
-    eng->huge_share = eng->huge_share < 1 ? eng->huge_share : 1;
+    double share = total && huge > 0 ? (double)huge / (double)total : 0;
+    return share < 1 ? share : 1;
 }
 
 uint64_t ms_topk_bytes(const ms_model *m)
@@ -373,6 +382,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     if (!m->experts)
         return 0;
     uint64_t experts = ms_expert_total_bytes(m->experts);
+    double huge_share = 0; /* page-cache placement: the weights mapped in huge pages */
     ms_expert_opts eo = {.policy = MS_EXPERTS_PAGECACHE, .io_threads = o->io_threads,
                          .buffered = o->buffered, .log = eng->log};
     if (p.place == MS_PLACE_CACHE) {
@@ -383,7 +393,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
         eo.usage_file = o->expert_usage_file;
         pin_dense(eng);
     } else {
-        populate_weights(eng);
+        huge_share = populate_weights(eng);
     }
     if (ms_expert_store_start(m->experts, eng->ck, &eo, err))
         return ms_err_wrap(err, "placing experts");
@@ -391,7 +401,7 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     m->prefetch_early = o->prefetch_early;
     char huge[64] = "";
     if (p.place != MS_PLACE_CACHE)
-        snprintf(huge, sizeof huge, ", %.0f%% mapped in huge pages", 100 * eng->huge_share);
+        snprintf(huge, sizeof huge, ", %.0f%% mapped in huge pages", 100 * huge_share);
     ms_logf(&eng->log, "experts %.2f GB, dense %.2f GB%s, %.1f GB available: %s%s",
             (double)experts / 1e9, (double)eng->dense_bytes / 1e9,
             eng->pinned_bytes ? " (pinned)" : "", (double)avail / 1e9,

@@ -43,7 +43,6 @@ struct ms_engine {
     ms_span *dense;          /* spans of the dense weights (pinned when experts stream) */
     int n_dense;
     uint64_t pinned_bytes;
-    double huge_share;       /* page-cache placement: weights mapped in huge pages, 0..1 */
     FILE *trace;             /* expert routing trace, or NULL */
     ms_chat_template *chat_template; /* the folder's (or the file's), NULL: none */
     ms_logger log;           /* the caller's notices function (none when quiet) */

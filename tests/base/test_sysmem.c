@@ -1,7 +1,8 @@
 /* Huge-page mappings (base/sysmem.c): ms_map_huge gives writable memory on
  * a 2 MiB boundary of exactly the size asked, and ms_huge_bytes reads how
  * much of it the kernel holds in huge pages, never more than the range nor
- * than the whole process holds (smaps_rollup, read here independently).
+ * than the whole process holds (smaps_rollup, read here independently),
+ * and the same for several ranges read at once as for each alone.
  * Whether the kernel gives huge pages at all depends on its settings and
  * free memory, so the fraction is printed, not asserted. */
 #include <stdint.h>
@@ -91,9 +92,36 @@ static void huge_bytes_bounded(void)
     munmap(p, n);
 }
 
+/* Several ranges in one read of smaps count what each counts alone. */
+static void huge_bytes_of_ranges(void)
+{
+    size_t n[2] = {8u << 20, 6u << 20};
+    uint8_t *p[2] = {ms_map_huge(n[0]), ms_map_huge(n[1])};
+    CHECK(p[0] && p[1], "no mapping");
+    if (!p[0] || !p[1])
+        return;
+    memset(p[0], 1, n[0]);
+    memset(p[1], 2, n[1]);
+    int64_t a = ms_huge_bytes(p[0], n[0]), b = ms_huge_bytes(p[1], n[1]);
+    const void *both[2] = {p[0], p[1]};
+    int64_t ab = ms_huge_bytes_n(2, both, n);
+    CHECK(a >= 0 && b >= 0 && ab == a + b,
+          "%lld + %lld bytes in huge pages alone, %lld for both ranges in one read",
+          (long long)a, (long long)b, (long long)ab);
+    const void *one_and_gap[2] = {p[0], p[1] + 4096};
+    size_t gap_n[2] = {n[0], 4096};
+    CHECK(ms_huge_bytes_n(2, one_and_gap, gap_n) == a,
+          "a range holding no whole mapping added bytes to another's %lld", (long long)a);
+    if (b == 0)
+        printf("note: the second mapping got no huge pages; the sum is checked on zeros\n");
+    munmap(p[0], n[0]);
+    munmap(p[1], n[1]);
+}
+
 int main(void)
 {
     TEST_CASE(map_huge_aligned_and_usable);
     TEST_CASE(huge_bytes_bounded);
+    TEST_CASE(huge_bytes_of_ranges);
     return t_finish();
 }
