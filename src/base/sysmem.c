@@ -1,8 +1,10 @@
 /* Memory available to the process, cgroup-aware; huge-page mappings. */
 #include "base/sysmem.h"
+#include "base/pool.h"
 #include "moestream.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +137,46 @@ static void *map_aligned(size_t bytes, int prot, int flags, int fd)
 void *ms_map_huge(size_t bytes)
 {
     return map_aligned(bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+typedef struct populate_job {
+    uint8_t *p;
+    size_t bytes, share;
+    _Atomic int err; /* the first errno, 0 when none */
+} populate_job;
+
+static void populate_task(void *ctx, int64_t t, int worker)
+{
+    (void)worker;
+    populate_job *j = ctx;
+    size_t off = (size_t)t * j->share, len = j->bytes - off < j->share ? j->bytes - off : j->share;
+    if (madvise(j->p + off, len, MADV_POPULATE_WRITE)) {
+        int none = 0, e = errno;
+        atomic_compare_exchange_strong(&j->err, &none, e);
+    }
+}
+
+int ms_populate(void *p, size_t bytes)
+{
+    enum { HUGE = 2 << 20, MIN_SHARE = 64 << 20 };
+    if (!bytes)
+        return 0;
+    /* a few shares a thread, so that one slow share does not hold the rest */
+    size_t threads = (size_t)ms_pool_threads(), share = bytes / (4 * threads);
+    share = share < MIN_SHARE ? MIN_SHARE : (share + HUGE - 1) / HUGE * HUGE;
+    populate_job j = {.p = p, .bytes = bytes, .share = share};
+    atomic_init(&j.err, 0);
+    ms_pool_run((int64_t)((bytes + share - 1) / share), populate_task, &j);
+    int e = atomic_load(&j.err);
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return 0;
 }
 
 const void *ms_map_file_huge(int fd, size_t bytes)

@@ -20,6 +20,17 @@ uint64_t ms_mem_available(void);
  * the memory, in small pages. Release with munmap(p, bytes). */
 void *ms_map_huge(size_t bytes);
 
+/* Maps the pages of anonymous memory [p, p + bytes) in now
+ * (MADV_POPULATE_WRITE), the range cut in 2 MiB-aligned shares run on the
+ * compute pool. The kernel zeroes each page as it maps it, and a virtual
+ * machine's host backs again memory it had taken back (free page
+ * reporting) at 0.6-0.8 GB/s a thread here: the engine cache's 2.86 GB
+ * under `memlimit 6G` took 4-5 s on one thread, about half on two
+ * (docs/perf.md, "Starting under a memory limit"). Returns 0, or -1 with
+ * errno when the kernel cannot (before Linux 5.14): the pages then map on
+ * first use. */
+int ms_populate(void *p, size_t bytes);
+
 /* A whole file of `bytes` mapped read-only (shared) at a 2 MiB boundary,
  * asked for in huge pages: a page-cache folio of 2 MiB read through this
  * mapping can then be mapped whole. Where the kernel's page cache holds

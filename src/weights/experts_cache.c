@@ -582,6 +582,11 @@ int ms_expert_cache_start(ms_expert_store *st, const ms_expert_opts *o, ms_err *
         c->slots[i].layer = c->slots[i].expert = -1;
         c->slots[i].buf = c->arena + (size_t)i * st->slot_bytes;
     }
+    /* the pages first, on every compute thread: registering maps them too,
+     * one thread zeroing them all (ms_populate) */
+    if (c->io->v->register_bufs && st->n_slots <= 16384 && ms_populate(c->arena, bytes))
+        ms_logf(&st->log, "cannot map the expert cache's memory ahead (madvise: %s); its "
+                "pages are mapped when first read into", strerror(errno));
     register_slots(st);
     if (o->usage_file && *o->usage_file)
         start_usage(st, o->usage_file);

@@ -2,13 +2,16 @@
  * a 2 MiB boundary of exactly the size asked, and ms_huge_bytes reads how
  * much of it the kernel holds in huge pages, never more than the range nor
  * than the whole process holds (smaps_rollup, read here independently),
- * and the same for several ranges read at once as for each alone.
+ * and the same for several ranges read at once as for each alone;
+ * ms_populate maps a whole range in.
  * Whether the kernel gives huge pages at all depends on its settings and
  * free memory, so the fraction is printed, not asserted. */
+#include <errno.h>
 #include <stdint.h>
 #include <unistd.h>
 #include <sys/mman.h>
 
+#include "base/pool.h"
 #include "base/sysmem.h"
 #include "test.h"
 
@@ -118,10 +121,37 @@ static void huge_bytes_of_ranges(void)
     munmap(p[1], n[1]);
 }
 
+/* ms_populate maps every page of the range, on two threads, as zeroes. */
+static void populate_maps_all(void)
+{
+    size_t n = (200u << 20) + 4096; /* shares of 64 MiB and a ragged last one */
+    uint8_t *p = ms_map_huge(n);
+    CHECK(p != NULL, "no mapping");
+    if (!p)
+        return;
+    ms_pool_set_threads(2);
+    int rc = ms_populate(p, n);
+    CHECK(rc == 0, "ms_populate failed: %s", strerror(errno));
+    size_t pages = (n + 4095) / 4096, absent = 0;
+    unsigned char *v = malloc(pages);
+    CHECK(v && mincore(p, n, v) == 0, "mincore failed");
+    if (v)
+        for (size_t i = 0; i < pages; i++)
+            absent += !(v[i] & 1);
+    CHECK(absent == 0, "%zu of %zu pages not mapped after ms_populate", absent, pages);
+    size_t nonzero = 0;
+    for (size_t k = 0; k < n; k += 4093)
+        nonzero += p[k] != 0;
+    CHECK(nonzero == 0 && p[n - 1] == 0, "%zu sampled bytes not zero", nonzero);
+    free(v);
+    munmap(p, n);
+}
+
 int main(void)
 {
     TEST_CASE(map_huge_aligned_and_usable);
     TEST_CASE(huge_bytes_bounded);
     TEST_CASE(huge_bytes_of_ranges);
+    TEST_CASE(populate_maps_all);
     return t_finish();
 }
