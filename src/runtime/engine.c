@@ -36,7 +36,7 @@ static void choose_context(ms_engine *eng, const ms_engine_opts *o)
     /* and never more than what is left beside the dense weights, the
      * working memory and one layer's top-k experts, so the automatic plan
      * runs down to the smallest limit `inspect` states */
-    uint64_t fixed = eng->dense_bytes - eng->embed_bytes + ms_mem_reserve(avail) +
+    uint64_t fixed = eng->pin_bytes + ms_mem_reserve(avail) +
                      ms_topk_bytes(m);
     if (avail && avail - (fixed < avail ? fixed : avail) < budget)
         budget = fixed < avail ? avail - fixed : 0; /* 0: the shortest context, then refused */
@@ -127,16 +127,76 @@ static int load_model(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     return rc;
 }
 
+static int span_order(const void *a, const void *b)
+{
+    const ms_span *x = a, *y = b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Sorts v[0..n) and coalesces it in place into whole 2 MiB regions of the
+ * shards (whose mappings start on a 2 MiB boundary, ms_map_file_huge), the
+ * last one of a file ending at its end; returns how many regions. What
+ * the engine maps in or locks is whole regions: a 2 MiB page-cache folio
+ * is mapped whole only where all of its 2 MiB lie in one mapping (mlock
+ * splits a mapping at the range it locks), and dense weights locked at 4
+ * KiB boundaries, partly in small pages, made attention 1.8-1.9x slower
+ * (docs/perf.md, "Dense weights locked in whole regions"). */
+static int whole_regions(const ms_engine *eng, ms_span *v, int n)
+{
+    const uint64_t REGION = 2 << 20;
+    qsort(v, (size_t)n, sizeof *v, span_order);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t size = eng->ck->files[v[i].file].size;
+        uint64_t a = v[i].offset & ~(REGION - 1);
+        uint64_t e = (v[i].offset + v[i].nbytes + REGION - 1) & ~(REGION - 1);
+        e = e < size ? e : size;
+        if (m && v[m - 1].file == v[i].file && a <= v[m - 1].offset + v[m - 1].nbytes) {
+            uint64_t end = v[m - 1].offset + v[m - 1].nbytes;
+            v[m - 1].nbytes = (e > end ? e : end) - v[m - 1].offset;
+        } else {
+            v[m] = v[i];
+            v[m].offset = a;
+            v[m].nbytes = e - a;
+            m++;
+        }
+    }
+    return m;
+}
+
+/* The dense weights' whole regions (whole_regions), into eng->pin and
+ * eng->pin_bytes: what the engine-cache placement locks, and what the
+ * memory plan counts as resident. Without memory for the list, the spans
+ * as bound (the plan then counts their bytes). */
+static void plan_pinning(ms_engine *eng)
+{
+    eng->pin = malloc(sizeof *eng->pin * (size_t)(eng->n_dense ? eng->n_dense : 1));
+    eng->pin_bytes = eng->dense_bytes - eng->embed_bytes;
+    if (!eng->pin)
+        return;
+    memcpy(eng->pin, eng->dense, sizeof *eng->pin * (size_t)eng->n_dense);
+    eng->n_pin = whole_regions(eng, eng->pin, eng->n_dense);
+    uint64_t bytes = 0;
+    for (int i = 0; i < eng->n_pin; i++)
+        bytes += eng->pin[i].nbytes;
+    eng->pin_bytes = bytes > eng->pin_bytes ? bytes : eng->pin_bytes;
+}
+
 /* Locks the dense weights in memory so that streaming experts cannot evict
- * them; an optimisation, so a refusal is reported and not fatal. */
+ * them, in whole 2 MiB regions (eng->pin); an optimisation, so a refusal is
+ * reported and not fatal. */
 static void pin_dense(ms_engine *eng)
 {
     uint64_t total = 0;
     double t0 = ms_now();
-    for (int i = 0; i < eng->n_dense; i++)
-        total += eng->dense[i].offset + eng->dense[i].nbytes - (eng->dense[i].offset & ~4095ull);
-    for (int i = 0; i < eng->n_dense; i++) {
-        const ms_span *s = &eng->dense[i];
+    int n = eng->pin ? eng->n_pin : eng->n_dense;
+    const ms_span *v = eng->pin ? eng->pin : eng->dense;
+    for (int i = 0; i < n; i++)
+        total += v[i].offset + v[i].nbytes - (v[i].offset & ~4095ull);
+    for (int i = 0; i < n; i++) {
+        const ms_span *s = &v[i];
         uint64_t a = s->offset & ~4095ull, len = s->offset + s->nbytes - a;
         const void *p = eng->ck->files[s->file].map + a;
         if (mlock(p, len)) { /* reads them from disk first: the slow part of a cold load */
@@ -155,14 +215,6 @@ static void pin_dense(ms_engine *eng)
                       &(ms_progress){"loading", (int64_t)total, (int64_t)total, ms_now() - t0});
 }
 
-static int span_order(const void *a, const void *b)
-{
-    const ms_span *x = a, *y = b;
-    if (x->file != y->file)
-        return x->file < y->file ? -1 : 1;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
 /* In the page-cache placement the model fits and all of it is read sooner
  * or later, so the spans of its weights (dense and experts, in whole 2 MiB
  * regions) are mapped into the process before the first token
@@ -178,31 +230,15 @@ static int span_order(const void *a, const void *b)
  * Returns the share of the weights' bytes mapped in huge pages. */
 static double populate_weights(ms_engine *eng)
 {
-    enum { STEP = 256 << 20, REGION = 2 << 20 };
+    enum { STEP = 256 << 20 };
     int ne = ms_expert_store_spans(eng->model->experts, NULL), n = eng->n_dense + ne;
     ms_span *v = malloc(sizeof *v * (size_t)(n ? n : 1));
     if (!v)
         return 0; /* an optimisation: pages then map on first use */
     memcpy(v, eng->dense, sizeof *v * (size_t)eng->n_dense);
     ms_expert_store_spans(eng->model->experts, v + eng->n_dense);
-    qsort(v, (size_t)n, sizeof *v, span_order);
+    int m = whole_regions(eng, v, n);
     uint64_t total = 0, done = 0;
-    int m = 0; /* coalesced in place: [offset, offset + nbytes) in whole regions */
-    for (int i = 0; i < n; i++) {
-        uint64_t size = eng->ck->files[v[i].file].size;
-        uint64_t a = v[i].offset & ~(uint64_t)(REGION - 1);
-        uint64_t e = (v[i].offset + v[i].nbytes + REGION - 1) & ~(uint64_t)(REGION - 1);
-        e = e < size ? e : size;
-        if (m && v[m - 1].file == v[i].file && a <= v[m - 1].offset + v[m - 1].nbytes) {
-            uint64_t end = v[m - 1].offset + v[m - 1].nbytes;
-            v[m - 1].nbytes = (e > end ? e : end) - v[m - 1].offset;
-        } else {
-            v[m] = v[i];
-            v[m].offset = a;
-            v[m].nbytes = e - a;
-            m++;
-        }
-    }
     for (int i = 0; i < m; i++)
         total += v[i].nbytes;
     double t0 = ms_now();
@@ -301,7 +337,7 @@ static void plan_memory(const ms_engine *eng, int placement, int64_t ram, int sl
     const ms_model *m = eng->model;
     p->kv = (uint64_t)(ms_kv_bytes_per_token(m, eng->kv_fmt) * eng->default_ctx);
     p->reserve = ms_mem_reserve(avail);
-    p->resident = eng->dense_bytes - eng->embed_bytes;
+    p->resident = eng->pin_bytes;
     p->topk = ms_topk_bytes(m);
     uint64_t fixed = p->kv + p->resident + p->reserve + p->topk;
     p->span = choose_span(eng, span_opt, avail, avail > fixed ? avail - fixed : 0);
@@ -402,9 +438,12 @@ static int place_experts(ms_engine *eng, const ms_engine_opts *o, ms_err *err)
     char huge[64] = "";
     if (p.place != MS_PLACE_CACHE)
         snprintf(huge, sizeof huge, ", %.0f%% mapped in huge pages", 100 * huge_share);
+    char pinned[64] = "";
+    if (eng->pinned_bytes)
+        snprintf(pinned, sizeof pinned, " (%.2f GB pinned, in whole 2 MiB regions)",
+                 (double)eng->pinned_bytes / 1e9);
     ms_logf(&eng->log, "experts %.2f GB, dense %.2f GB%s, %.1f GB available: %s%s",
-            (double)experts / 1e9, (double)eng->dense_bytes / 1e9,
-            eng->pinned_bytes ? " (pinned)" : "", (double)avail / 1e9,
+            (double)experts / 1e9, (double)eng->dense_bytes / 1e9, pinned, (double)avail / 1e9,
             ms_expert_store_describe(m->experts), huge);
     if (o->trace_path) {
         eng->trace = fopen(o->trace_path, "w");
@@ -476,6 +515,7 @@ int ms_engine_open(const char *model_dir, const ms_engine_opts *opts, ms_engine 
         return ms_err_set(err, MS_E_ARG, "KV cache format %d is not one of enum ms_kv_format",
                           opts->kv_format);
     }
+    plan_pinning(eng);
     choose_context(eng, opts);
     eng->info.ctx = eng->default_ctx;
     eng->info.kv_format = ms_kvfmt_name(eng->kv_fmt);
@@ -501,6 +541,7 @@ void ms_engine_close(ms_engine *eng)
     ms_ckpt_close(eng->ck); /* unmapping also releases the pinned pages */
     ms_chat_template_close(eng->chat_template);
     free(eng->dense);
+    free(eng->pin);
     free(eng);
 }
 

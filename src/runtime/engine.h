@@ -42,6 +42,9 @@ struct ms_engine {
     uint64_t embed_bytes;    /* of which embeddings (one row per token: not pinned) */
     ms_span *dense;          /* spans of the dense weights (pinned when experts stream) */
     int n_dense;
+    ms_span *pin;            /* the dense spans in whole 2 MiB regions (what is locked) */
+    int n_pin;
+    uint64_t pin_bytes;      /* their bytes: the resident figure of the memory plan */
     uint64_t pinned_bytes;
     FILE *trace;             /* expert routing trace, or NULL */
     ms_chat_template *chat_template; /* the folder's (or the file's), NULL: none */

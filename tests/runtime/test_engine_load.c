@@ -4,7 +4,11 @@
  * /proc/self/smaps) right after ms_engine_open, the loading progress runs
  * to its total, and the log says how much is mapped in huge pages. Without
  * the mapping ahead only the pages the binder read (headers, norms) would
- * be in the page tables. */
+ * be in the page tables. With the engine cache, the dense weights are locked
+ * in whole 2 MiB regions of the shards' mappings: mlock splits a mapping
+ * where the locked range starts and ends, and a 2 MiB folio is mapped whole
+ * only inside one mapping, so locked mappings start on a 2 MiB boundary and
+ * end on one or at the end of their file. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +90,81 @@ static void weights_mapped_at_open(void)
     ms_engine_close(eng);
 }
 
+/* The mappings of files under dir, in smaps order: start, end, bytes
+ * locked, and whether the next mapping is of the same file. */
+typedef struct vma {
+    unsigned long a, b;
+    long long locked_kb;
+    char path[512];
+} vma;
+
+static int shard_vmas(const char *dir, vma *v, int max)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    int n = 0, ours = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        long long kb;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            const char *path = strchr(line, '/');
+            ours = path && strstr(path, dir) && strstr(path, ".safetensors\n") && n < max;
+            if (ours) {
+                v[n] = (vma){a, b, 0, ""};
+                snprintf(v[n].path, sizeof v[n].path, "%s", path);
+                n++;
+            }
+        } else if (ours && sscanf(line, "Locked: %lld kB", &kb) == 1) {
+            v[n - 1].locked_kb = kb;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+static void dense_locked_in_whole_regions(void)
+{
+    char rel[1024], dir[PATH_MAX];
+    snprintf(rel, sizeof rel, "%s/gpt_oss", t_fixtures_dir());
+    if (!realpath(rel, dir)) {
+        CHECK(0, "%s: no such fixture folder", rel);
+        return;
+    }
+    log_text[0] = 0;
+    ms_engine_opts eo = {.n_threads = 1, .log = on_log, .placement = MS_PLACE_CACHE,
+                         .cache_slots = 4};
+    ms_engine *eng = NULL;
+    ms_error err = {0};
+    if (ms_engine_open(dir, &eo, &eng, &err)) {
+        CHECK(0, "%s: %s", dir, err.msg);
+        return;
+    }
+    static vma v[4096];
+    int n = shard_vmas(dir, v, 4096), locked = 0, bad = 0;
+    const unsigned long R = 2ul << 20;
+    for (int i = 0; i < n; i++) {
+        if (!v[i].locked_kb)
+            continue;
+        locked++;
+        int last = i + 1 == n || strcmp(v[i + 1].path, v[i].path) != 0;
+        if (v[i].a % R || (v[i].b % R && !last)) {
+            if (!bad++)
+                printf("locked mapping %lx-%lx (%lld kB) of %s", v[i].a, v[i].b, v[i].locked_kb,
+                       v[i].path);
+        }
+    }
+    CHECK(locked > 0, "no mapping of %s/*.safetensors is locked (log: %s)", dir, log_text);
+    CHECK(bad == 0, "%d of %d locked mappings do not start and end on a 2 MiB boundary", bad,
+          locked);
+    CHECK_STR_CONTAINS(log_text, "pinned, in whole 2 MiB regions");
+    ms_engine_close(eng);
+}
+
 int main(void)
 {
     TEST_CASE(weights_mapped_at_open);
+    TEST_CASE(dense_locked_in_whole_regions);
     return t_finish();
 }
