@@ -479,12 +479,18 @@ static int open_backend(ms_expert_store *st, const ms_expert_opts *o, ms_err *er
  * pins them once, here, instead of walking a slot's 3,000-odd pages at
  * every read (15% of a streaming decode's CPU time went to submitting
  * reads, most of it that walk; docs/perf.md). Not fatal: where it is
- * refused (a locked-memory limit) reads go unregistered, said once. */
+ * refused (a locked-memory limit) reads go unregistered, said once.
+ * Registering maps the arena's pages in, the kernel zeroing each, all on
+ * this thread: they are mapped in first on every compute thread
+ * (ms_populate; docs/perf.md, "Starting under a memory limit"). */
 static void register_slots(ms_expert_store *st)
 {
     cache *c = st->impl;
-    if (st->n_slots > 16384) /* io_uring's most buffers */
+    if (st->n_slots > 16384 /* io_uring's most buffers */ || !c->io->v->register_bufs)
         return;
+    if (ms_populate(c->arena, (size_t)st->n_slots * st->slot_bytes))
+        ms_logf(&st->log, "cannot map the expert cache's memory in ahead (madvise: %s); "
+                "registering it does so on one thread", strerror(errno));
     void **bufs = malloc(sizeof *bufs * (size_t)st->n_slots);
     size_t *lens = malloc(sizeof *lens * (size_t)st->n_slots);
     ms_err e = {0};
@@ -582,11 +588,6 @@ int ms_expert_cache_start(ms_expert_store *st, const ms_expert_opts *o, ms_err *
         c->slots[i].layer = c->slots[i].expert = -1;
         c->slots[i].buf = c->arena + (size_t)i * st->slot_bytes;
     }
-    /* the pages first, on every compute thread: registering maps them too,
-     * one thread zeroing them all (ms_populate) */
-    if (c->io->v->register_bufs && st->n_slots <= 16384 && ms_populate(c->arena, bytes))
-        ms_logf(&st->log, "cannot map the expert cache's memory ahead (madvise: %s); its "
-                "pages are mapped when first read into", strerror(errno));
     register_slots(st);
     if (o->usage_file && *o->usage_file)
         start_usage(st, o->usage_file);
