@@ -307,11 +307,14 @@ int main(int argc, char **argv)
            ms_kernels()->name, rd[0], rd[1]);
     printf("memcpy (read + write, for information): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
            cp[0], cp[1]);
-    int64_t huge = 0;
+    const void *maps[MS_WFMT_COUNT];
+    size_t sizes[MS_WFMT_COUNT];
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
-        int64_t h = ms_huge_bytes(mats[f].w, bytes);
-        huge += h > 0 ? h : 0;
+        maps[f] = mats[f].w;
+        sizes[f] = bytes;
     }
+    int64_t huge = ms_huge_bytes_n(MS_WFMT_COUNT, maps, sizes);
+    huge = huge > 0 ? huge : 0;
     printf("matrices: %zu MiB of weights, %lld columns, %.0f%% in 2 MiB pages%s; floor x = time / "
            "(bytes / read stream); best of %d interleaved rounds\n", mib, (long long)COLS,
            100.0 * (double)huge / (double)(bytes * MS_WFMT_COUNT),

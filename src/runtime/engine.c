@@ -166,39 +166,32 @@ static int whole_regions(const ms_engine *eng, ms_span *v, int n)
     return m;
 }
 
-/* The dense weights' whole regions (whole_regions), into eng->pin and
- * eng->pin_bytes: what the engine-cache placement locks, and what the
- * memory plan counts as resident. Without memory for the list, the spans
- * as bound (the plan then counts their bytes). */
+/* The dense weights' spans coalesced in place into whole regions
+ * (whole_regions): what the engine-cache placement locks, and, as
+ * eng->pin_bytes, what the memory plan counts as resident. */
 static void plan_pinning(ms_engine *eng)
 {
-    eng->pin = malloc(sizeof *eng->pin * (size_t)(eng->n_dense ? eng->n_dense : 1));
-    eng->pin_bytes = eng->dense_bytes - eng->embed_bytes;
-    if (!eng->pin)
-        return;
-    memcpy(eng->pin, eng->dense, sizeof *eng->pin * (size_t)eng->n_dense);
-    eng->n_pin = whole_regions(eng, eng->pin, eng->n_dense);
+    eng->n_dense = whole_regions(eng, eng->dense, eng->n_dense);
     uint64_t bytes = 0;
-    for (int i = 0; i < eng->n_pin; i++)
-        bytes += eng->pin[i].nbytes;
-    eng->pin_bytes = bytes > eng->pin_bytes ? bytes : eng->pin_bytes;
+    for (int i = 0; i < eng->n_dense; i++)
+        bytes += eng->dense[i].nbytes;
+    uint64_t spans = eng->dense_bytes - eng->embed_bytes;
+    eng->pin_bytes = bytes > spans ? bytes : spans;
 }
 
 /* Locks the dense weights in memory so that streaming experts cannot evict
- * them, in whole 2 MiB regions (eng->pin); an optimisation, so a refusal is
- * reported and not fatal. */
+ * them, in their whole 2 MiB regions (plan_pinning); an optimisation, so a
+ * refusal is reported and not fatal. */
 static void pin_dense(ms_engine *eng)
 {
     uint64_t total = 0;
     double t0 = ms_now();
-    int n = eng->pin ? eng->n_pin : eng->n_dense;
-    const ms_span *v = eng->pin ? eng->pin : eng->dense;
-    for (int i = 0; i < n; i++)
-        total += v[i].offset + v[i].nbytes - (v[i].offset & ~4095ull);
-    for (int i = 0; i < n; i++) {
-        const ms_span *s = &v[i];
-        uint64_t a = s->offset & ~4095ull, len = s->offset + s->nbytes - a;
-        const void *p = eng->ck->files[s->file].map + a;
+    for (int i = 0; i < eng->n_dense; i++)
+        total += eng->dense[i].nbytes;
+    for (int i = 0; i < eng->n_dense; i++) {
+        const ms_span *s = &eng->dense[i];
+        uint64_t len = s->nbytes;
+        const void *p = eng->ck->files[s->file].map + s->offset;
         if (mlock(p, len)) { /* reads them from disk first: the slow part of a cold load */
             ms_logf(&eng->log, "cannot pin dense weights (mlock: %s); streaming may evict "
                     "them", strerror(errno));
@@ -541,7 +534,6 @@ void ms_engine_close(ms_engine *eng)
     ms_ckpt_close(eng->ck); /* unmapping also releases the pinned pages */
     ms_chat_template_close(eng->chat_template);
     free(eng->dense);
-    free(eng->pin);
     free(eng);
 }
 

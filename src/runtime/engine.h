@@ -40,10 +40,9 @@ struct ms_engine {
     int n_threads;
     uint64_t dense_bytes;    /* resident weights, embeddings included */
     uint64_t embed_bytes;    /* of which embeddings (one row per token: not pinned) */
-    ms_span *dense;          /* spans of the dense weights (pinned when experts stream) */
+    ms_span *dense;          /* the dense weights' whole 2 MiB regions (plan_pinning; pinned
+                              * when experts stream) */
     int n_dense;
-    ms_span *pin;            /* the dense spans in whole 2 MiB regions (what is locked) */
-    int n_pin;
     uint64_t pin_bytes;      /* their bytes: the resident figure of the memory plan */
     uint64_t pinned_bytes;
     FILE *trace;             /* expert routing trace, or NULL */
