@@ -313,7 +313,7 @@ int main(int argc, char **argv)
         maps[f] = mats[f].w;
         sizes[f] = bytes;
     }
-    int64_t huge = ms_huge_bytes_n(MS_WFMT_COUNT, maps, sizes);
+    int64_t huge = ms_huge_bytes_n(MS_WFMT_COUNT, maps, sizes, NULL);
     huge = huge > 0 ? huge : 0;
     printf("matrices: %zu MiB of weights, %lld columns, %.0f%% in 2 MiB pages%s; floor x = time / "
            "(bytes / read stream); best of %d interleaved rounds\n", mib, (long long)COLS,

@@ -4,6 +4,7 @@
 #include "moestream.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,9 @@ void *ms_map_huge(size_t bytes)
     return map_aligned(bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
@@ -184,26 +188,30 @@ const void *ms_map_file_huge(int fd, size_t bytes)
     return map_aligned(bytes, PROT_READ, MAP_SHARED, fd);
 }
 
-int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes)
+int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes, int64_t *each)
 {
+    for (int i = 0; each && i < n; i++)
+        each[i] = 0;
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f)
         return -1;
     char line[512];
-    int inside = 0;
+    int inside = -1; /* the range the current mapping lies in, or -1 */
     int64_t total = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long a, b;
         unsigned long long kb;
         if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-            inside = 0;
-            for (int i = 0; i < n && !inside; i++) {
+            inside = -1;
+            for (int i = 0; i < n && inside < 0; i++) {
                 uintptr_t lo = (uintptr_t)p[i], hi = (lo + bytes[i] + 4095) & ~(uintptr_t)4095;
-                inside = a >= lo && b <= hi;
+                inside = a >= lo && b <= hi ? i : -1;
             }
-        } else if (inside && (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1 ||
+        } else if (inside >= 0 && (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1 ||
                               sscanf(line, "FilePmdMapped: %llu kB", &kb) == 1)) {
             total += (int64_t)kb * 1024;
+            if (each)
+                each[inside] += (int64_t)kb * 1024;
         }
     }
     fclose(f);
@@ -212,7 +220,20 @@ int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes)
 
 int64_t ms_huge_bytes(const void *p, size_t bytes)
 {
-    return ms_huge_bytes_n(1, &p, &bytes);
+    return ms_huge_bytes_n(1, &p, &bytes, NULL);
+}
+
+int ms_file_reread(int fd, const void *map, uint64_t off, uint64_t len)
+{
+    uint8_t *p = (uint8_t *)map + off;
+    if (madvise(p, len, MADV_DONTNEED))
+        return -1;
+    int e = posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return madvise(p, len, MADV_POPULATE_READ);
 }
 
 int64_t ms_parse_size(const char *s)

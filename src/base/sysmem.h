@@ -45,8 +45,20 @@ const void *ms_map_file_huge(int fd, size_t bytes);
  * (0 when none does), or -1 when smaps cannot be read. */
 int64_t ms_huge_bytes(const void *p, size_t bytes);
 /* The same over n ranges [p[i], p[i] + bytes[i]), in one read of smaps
- * (which walks the page tables of every mapping of the process). */
-int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes);
+ * (which walks the page tables of every mapping of the process): returns
+ * the sum, and each range's own count in each[i] unless each is NULL. */
+int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes, int64_t *each);
+
+/* Reads [off, off + len) of the file fd, mapped whole at map (ms_map_file_huge),
+ * into the page cache again: the range is unmapped from map, its cached
+ * pages that no process maps are dropped (POSIX_FADV_DONTNEED) and it is
+ * mapped in again (MADV_POPULATE_READ), which reads them from disk in the
+ * folios the kernel now chooses. A file cached in 4 KiB pages (read
+ * earlier without readahead, or while memory was fragmented) stays so, and
+ * on this project's VM decode over such weights ran 1.4-1.5x and prefill 3-4x slower
+ * (docs/perf.md, "Weights cached in small pages"). Returns 0, or -1 with
+ * errno. */
+int ms_file_reread(int fd, const void *map, uint64_t off, uint64_t len);
 
 /* ms_parse_size (a size as users write it) is declared in moestream.h. */
 

@@ -179,58 +179,13 @@ static void plan_pinning(ms_engine *eng)
     eng->pin_bytes = bytes > spans ? bytes : spans;
 }
 
-/* Locks the dense weights in memory so that streaming experts cannot evict
- * them, in their whole 2 MiB regions (plan_pinning); an optimisation, so a
- * refusal is reported and not fatal. */
-static void pin_dense(ms_engine *eng)
-{
-    uint64_t total = 0;
-    double t0 = ms_now();
-    for (int i = 0; i < eng->n_dense; i++)
-        total += eng->dense[i].nbytes;
-    for (int i = 0; i < eng->n_dense; i++) {
-        const ms_span *s = &eng->dense[i];
-        uint64_t len = s->nbytes;
-        const void *p = eng->ck->files[s->file].map + s->offset;
-        if (mlock(p, len)) { /* reads them from disk first: the slow part of a cold load */
-            ms_logf(&eng->log, "cannot pin dense weights (mlock: %s); streaming may evict "
-                    "them", strerror(errno));
-            break;
-        }
-        eng->pinned_bytes += len;
-        if (eng->progress)
-            eng->progress(eng->progress_user,
-                          &(ms_progress){"loading", (int64_t)eng->pinned_bytes, (int64_t)total,
-                                         ms_now() - t0});
-    }
-    if (eng->progress && eng->pinned_bytes < total) /* the last report: done */
-        eng->progress(eng->progress_user,
-                      &(ms_progress){"loading", (int64_t)total, (int64_t)total, ms_now() - t0});
-}
-
-/* In the page-cache placement the model fits and all of it is read sooner
- * or later, so the spans of its weights (dense and experts, in whole 2 MiB
- * regions) are mapped into the process before the first token
- * (MADV_POPULATE_READ, reading from disk what is not cached yet) instead
- * of by page faults during the first prompt. Through the shards' huge-page
- * mappings (ms_map_file_huge) the pages it reads are 2 MiB folios where the
- * kernel's page cache has them, each mapped whole: on this project's VM
- * (Linux 6.18, ext4) decode 211 -> 136-153 ms/token and a 64-token prefill
- * 8-9 -> 21-25 tok/s on the synthetic gpt-oss-20b (docs/perf.md, "Huge
- * pages"). Files cached earlier in small pages stay so; the log then says
- * how much is mapped in huge pages. A kernel without MADV_POPULATE_READ
- * (before 5.14) maps pages on first use, as before, and the log says so.
- * Returns the share of the weights' bytes mapped in huge pages. */
-static double populate_weights(ms_engine *eng)
+/* Maps the regions v[0..m) into the process now (MADV_POPULATE_READ, which
+ * reads from disk what is not cached yet), a step at a time with the
+ * loading progress. Returns 0, or -1 with errno: before Linux 5.14 the
+ * pages map on first use. */
+static int map_in(ms_engine *eng, const ms_span *v, int m)
 {
     enum { STEP = 256 << 20 };
-    int ne = ms_expert_store_spans(eng->model->experts, NULL), n = eng->n_dense + ne;
-    ms_span *v = malloc(sizeof *v * (size_t)(n ? n : 1));
-    if (!v)
-        return 0; /* an optimisation: pages then map on first use */
-    memcpy(v, eng->dense, sizeof *v * (size_t)eng->n_dense);
-    ms_expert_store_spans(eng->model->experts, v + eng->n_dense);
-    int m = whole_regions(eng, v, n);
     uint64_t total = 0, done = 0;
     for (int i = 0; i < m; i++)
         total += v[i].nbytes;
@@ -239,31 +194,185 @@ static double populate_weights(ms_engine *eng)
         for (uint64_t off = 0; off < v[i].nbytes; off += STEP) {
             uint64_t len = v[i].nbytes - off < STEP ? v[i].nbytes - off : STEP;
             const uint8_t *p = eng->ck->files[v[i].file].map + v[i].offset + off;
-            if (madvise((void *)p, len, MADV_POPULATE_READ)) {
-                ms_logf(&eng->log, "cannot map the weights' pages ahead (madvise: %s); they "
-                        "are mapped on first use", strerror(errno));
-                free(v);
-                return 0;
-            }
+            if (madvise((void *)p, len, MADV_POPULATE_READ))
+                return -1;
             done += len;
             if (eng->progress)
                 eng->progress(eng->progress_user, &(ms_progress){"loading", (int64_t)done,
                                                                  (int64_t)total, ms_now() - t0});
         }
-    free(v);
+    return 0;
+}
+
+/* The bytes of each shard mapped in huge pages now, into huge[f] (one read
+ * of smaps); returns their sum, or -1 when smaps cannot be read. */
+static int64_t huge_per_file(const ms_engine *eng, int64_t *huge)
+{
     int nf = eng->ck->n_files;
     const void **maps = malloc(sizeof *maps * (size_t)nf);
     size_t *sizes = malloc(sizeof *sizes * (size_t)nf);
-    int64_t huge = 0;
+    int64_t sum = -1;
     if (maps && sizes) {
         for (int f = 0; f < nf; f++) {
             maps[f] = eng->ck->files[f].map;
             sizes[f] = eng->ck->files[f].size;
         }
-        huge = ms_huge_bytes_n(nf, maps, sizes);
+        sum = ms_huge_bytes_n(nf, maps, sizes, huge);
     }
     free(maps);
     free(sizes);
+    return sum;
+}
+
+/* Whether shard f's regions (bytes[f] of them) are mostly in small pages:
+ * more than a tenth, and more than the two 2 MiB pieces a file's ragged
+ * ends can leave. */
+static int mostly_small(uint64_t bytes, int64_t huge)
+{
+    uint64_t small = huge > 0 && (uint64_t)huge < bytes ? bytes - (uint64_t)huge
+                     : huge > 0 ? 0 : bytes;
+    return small > bytes / 10 && small > (4u << 20);
+}
+
+/* The page cache keeps a file in the folios it was first read into: a
+ * shard read without readahead, or while memory was fragmented, stays in 4
+ * KiB pages, and over such weights the synthetic gpt-oss-20b decoded at
+ * 208-210 ms/token against 129-136 and prefilled at 4 against 12-18 tok/s
+ * (docs/perf.md, "Weights cached in small pages"). So after the regions
+ * v[0..m) (sorted by file) are mapped in, each shard whose regions are
+ * mostly in small pages is read again (ms_file_reread) through its huge
+ * mapping. Where nothing at all is in huge pages, one 2 MiB piece is read
+ * again first, to learn whether this kernel caches the file system's files
+ * in large folios at all; if it does not, nothing more is read. The
+ * rereading stops at a shard that stays in small pages (memory too
+ * fragmented for 2 MiB folios). Said on the log either way. */
+static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
+{
+    const uint64_t REGION = 2 << 20;
+    int nf = eng->ck->n_files;
+    int64_t *huge = calloc((size_t)nf, sizeof *huge);
+    uint64_t *bytes = calloc((size_t)nf, sizeof *bytes);
+    if (!huge || !bytes || huge_per_file(eng, huge) < 0)
+        goto done;
+    for (int i = 0; i < m; i++)
+        bytes[v[i].file] += v[i].nbytes;
+    uint64_t small = 0, all = 0;
+    int64_t in_huge = 0;
+    for (int f = 0; f < nf; f++) {
+        all += bytes[f];
+        in_huge += huge[f];
+        if (mostly_small(bytes[f], huge[f]))
+            small += bytes[f] - (huge[f] > 0 ? (uint64_t)huge[f] : 0);
+    }
+    if (!small)
+        goto done;
+    const ms_st_file *files = eng->ck->files;
+    if (in_huge == 0) {
+        int i = 0;
+        while (i < m && v[i].nbytes < REGION)
+            i++;
+        if (i == m)
+            goto done;
+        const ms_st_file *sf = &files[v[i].file];
+        if (ms_file_reread(sf->fd, sf->map, v[i].offset, REGION) ||
+            huge_per_file(eng, huge) <= 0) {
+            ms_logf(&eng->log, "the weights are mapped in 4 KiB pages, and %s read again "
+                    "comes back in them too: this kernel does not cache this file system's "
+                    "files in 2 MiB pages, so they are left as they are", sf->path);
+            goto done;
+        }
+    }
+    ms_logf(&eng->log, "the page cache holds %.2f GB of the weights in 4 KiB pages, over "
+            "which products run slower: reading them again in 2 MiB pages", (double)small / 1e9);
+    double t0 = ms_now();
+    uint64_t read = 0;
+    for (int i = 0; i < m;) {
+        int f = v[i].file, j = i;
+        while (j < m && v[j].file == f)
+            j++;
+        if (mostly_small(bytes[f], huge[f])) {
+            for (int k = i; k < j; k++) {
+                if (ms_file_reread(files[f].fd, files[f].map, v[k].offset, v[k].nbytes)) {
+                    ms_logf(&eng->log, "%s: cannot read it again (%s); left in small pages",
+                            files[f].path, strerror(errno));
+                    goto said;
+                }
+                read += v[k].nbytes;
+            }
+            int64_t now[1];
+            const void *map = files[f].map;
+            size_t size = files[f].size;
+            if (ms_huge_bytes_n(1, &map, &size, now) >= 0 && mostly_small(bytes[f], now[0])) {
+                ms_logf(&eng->log, "%s came back in small pages too (memory too fragmented for "
+                        "2 MiB pages?): the other shards are left as they are", files[f].path);
+                goto said;
+            }
+        }
+        i = j;
+    }
+said:
+    in_huge = huge_per_file(eng, huge);
+    ms_logf(&eng->log, "read %.2f GB again in %.1f s: %.0f%% of the weights now in 2 MiB pages",
+            (double)read / 1e9, ms_now() - t0,
+            all ? 100.0 * (double)(in_huge > 0 ? in_huge : 0) / (double)all : 0.0);
+done:
+    free(huge);
+    free(bytes);
+}
+
+/* Locks the dense weights in memory so that streaming experts cannot evict
+ * them, in their whole 2 MiB regions (plan_pinning), once mapped in (in 2
+ * MiB pages where the kernel can: reread_small_pages); an optimisation, so
+ * a refusal is reported and not fatal. */
+static void pin_dense(ms_engine *eng)
+{
+    if (map_in(eng, eng->dense, eng->n_dense) == 0)
+        reread_small_pages(eng, eng->dense, eng->n_dense);
+    for (int i = 0; i < eng->n_dense; i++) {
+        const ms_span *s = &eng->dense[i];
+        const void *p = eng->ck->files[s->file].map + s->offset;
+        if (mlock(p, s->nbytes)) {
+            ms_logf(&eng->log, "cannot pin dense weights (mlock: %s); streaming may evict "
+                    "them", strerror(errno));
+            break;
+        }
+        eng->pinned_bytes += s->nbytes;
+    }
+}
+
+/* In the page-cache placement the model fits and all of it is read sooner
+ * or later, so the spans of its weights (dense and experts, in whole 2 MiB
+ * regions) are mapped into the process before the first token (map_in)
+ * instead of by page faults during the first prompt. Through the shards'
+ * huge-page mappings (ms_map_file_huge) the pages it reads are 2 MiB folios
+ * where the kernel's page cache has them, each mapped whole: on this
+ * project's VM (Linux 6.18, ext4) decode 211 -> 136-153 ms/token and a
+ * 64-token prefill 8-9 -> 21-25 tok/s on the synthetic gpt-oss-20b
+ * (docs/perf.md, "Huge pages"). Shards cached earlier in small pages are
+ * read again (reread_small_pages). A kernel without MADV_POPULATE_READ
+ * (before 5.14) maps pages on first use, as before, and the log says so.
+ * Returns the share of the weights' bytes mapped in huge pages. */
+static double populate_weights(ms_engine *eng)
+{
+    int ne = ms_expert_store_spans(eng->model->experts, NULL), n = eng->n_dense + ne;
+    ms_span *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    if (!v)
+        return 0; /* an optimisation: pages then map on first use */
+    memcpy(v, eng->dense, sizeof *v * (size_t)eng->n_dense);
+    ms_expert_store_spans(eng->model->experts, v + eng->n_dense);
+    int m = whole_regions(eng, v, n);
+    uint64_t total = 0;
+    for (int i = 0; i < m; i++)
+        total += v[i].nbytes;
+    if (map_in(eng, v, m)) {
+        ms_logf(&eng->log, "cannot map the weights' pages ahead (madvise: %s); they are "
+                "mapped on first use", strerror(errno));
+        free(v);
+        return 0;
+    }
+    reread_small_pages(eng, v, m);
+    free(v);
+    int64_t huge = huge_per_file(eng, NULL);
     /* the mappings hold headers and unused tensors too: at most all */
     double share = total && huge > 0 ? (double)huge / (double)total : 0;
     return share < 1 ? share : 1;

@@ -3,13 +3,19 @@
  * much of it the kernel holds in huge pages, never more than the range nor
  * than the whole process holds (smaps_rollup, read here independently),
  * and the same for several ranges read at once as for each alone;
- * ms_populate maps a whole range in.
+ * ms_populate maps a whole range in; ms_file_reread caches again in huge
+ * pages a file that was cached in small ones.
  * Whether the kernel gives huge pages at all depends on its settings and
  * free memory, so the fraction is printed, not asserted. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <unistd.h>
 #include <sys/mman.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
 
 #include "base/pool.h"
 #include "base/sysmem.h"
@@ -107,13 +113,16 @@ static void huge_bytes_of_ranges(void)
     memset(p[1], 2, n[1]);
     int64_t a = ms_huge_bytes(p[0], n[0]), b = ms_huge_bytes(p[1], n[1]);
     const void *both[2] = {p[0], p[1]};
-    int64_t ab = ms_huge_bytes_n(2, both, n);
+    int64_t each[2] = {-1, -1};
+    int64_t ab = ms_huge_bytes_n(2, both, n, each);
     CHECK(a >= 0 && b >= 0 && ab == a + b,
           "%lld + %lld bytes in huge pages alone, %lld for both ranges in one read",
           (long long)a, (long long)b, (long long)ab);
+    CHECK(each[0] == a && each[1] == b, "each range's count: %lld and %lld, alone %lld and %lld",
+          (long long)each[0], (long long)each[1], (long long)a, (long long)b);
     const void *one_and_gap[2] = {p[0], p[1] + 4096};
     size_t gap_n[2] = {n[0], 4096};
-    CHECK(ms_huge_bytes_n(2, one_and_gap, gap_n) == a,
+    CHECK(ms_huge_bytes_n(2, one_and_gap, gap_n, each) == a && each[1] == 0,
           "a range holding no whole mapping added bytes to another's %lld", (long long)a);
     if (b == 0)
         printf("note: the second mapping got no huge pages; the sum is checked on zeros\n");
@@ -147,11 +156,85 @@ static void populate_maps_all(void)
     munmap(p, n);
 }
 
+/* A file cached in 4 KiB pages (read with readahead off) is cached in
+ * 2 MiB pages after ms_file_reread, with its bytes unchanged. Where this
+ * kernel and the work folder's file system cache files in small pages
+ * only, that is said and the reread is checked for its bytes alone. */
+static void reread_caches_in_huge_pages(void)
+{
+    const size_t n = 16u << 20, R = 2u << 20;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ms_test_reread_%d.bin", t_tmpdir(), (int)getpid());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "%s: cannot write", path);
+    if (!f)
+        return;
+    uint32_t *buf = malloc(n);
+    for (size_t i = 0; i < n / 4; i++)
+        buf[i] = (uint32_t)(i * 2654435761u);
+    CHECK(fwrite(buf, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0, "%s: short write",
+          path);
+    fclose(f);
+    int fd = open(path, O_RDONLY);
+    unlink(path);
+    CHECK(fd >= 0, "%s: cannot open", path);
+    if (fd < 0) {
+        free(buf);
+        return;
+    }
+    /* what this kernel gives a file read through a huge mapping from disk */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    const uint8_t *map = ms_map_file_huge(fd, n);
+    CHECK(map != NULL, "mapping failed: %s", strerror(errno));
+    if (!map) {
+        close(fd);
+        free(buf);
+        return;
+    }
+    madvise((void *)map, n, MADV_POPULATE_READ);
+    int64_t fresh = ms_huge_bytes(map, n);
+    /* the same file cached page by page, readahead off */
+    munmap((void *)map, n);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    char page[4096];
+    for (size_t off = 0; off < n; off += sizeof page)
+        CHECK(pread(fd, page, sizeof page, (off_t)off) == (ssize_t)sizeof page, "short read");
+    posix_fadvise(fd, 0, 0, POSIX_FADV_NORMAL);
+    map = ms_map_file_huge(fd, n);
+    madvise((void *)map, n, MADV_POPULATE_READ);
+    int64_t small = ms_huge_bytes(map, n);
+    int rc = ms_file_reread(fd, map, 0, n);
+    CHECK(rc == 0, "ms_file_reread failed: %s", strerror(errno));
+    int64_t after = ms_huge_bytes(map, n);
+    CHECK(memcmp(map, buf, n) == 0, "the file's bytes differ after the reread");
+    printf("note: %zu MiB file: %lld MiB in huge pages read fresh, %lld MiB cached page by page, "
+           "%lld MiB after ms_file_reread\n", n >> 20, (long long)(fresh >> 20),
+           (long long)(small >> 20), (long long)(after >> 20));
+    if (fresh < (int64_t)(n - R))
+        printf("SKIP reread_caches_in_huge_pages (huge pages): this kernel cached only %lld of "
+               "%zu MiB of a file in %s in huge pages when read fresh, so a reread cannot be "
+               "shown to restore them; its bytes were checked\n", (long long)(fresh >> 20),
+               n >> 20, t_tmpdir());
+    else if (small > (int64_t)(n / 2))
+        printf("SKIP reread_caches_in_huge_pages (huge pages): reading with readahead off still "
+               "cached %lld MiB of the file in huge pages, so the small-page case could not be "
+               "made; its bytes were checked\n", (long long)(small >> 20));
+    else
+        CHECK(after >= (int64_t)(n - R), "after ms_file_reread %lld of %zu MiB are in huge pages "
+              "(%lld when read fresh)", (long long)(after >> 20), n >> 20,
+              (long long)(fresh >> 20));
+    munmap((void *)map, n);
+    close(fd);
+    free(buf);
+}
+
 int main(void)
 {
     TEST_CASE(map_huge_aligned_and_usable);
     TEST_CASE(huge_bytes_bounded);
     TEST_CASE(huge_bytes_of_ranges);
     TEST_CASE(populate_maps_all);
+    TEST_CASE(reread_caches_in_huge_pages);
     return t_finish();
 }

@@ -8,8 +8,14 @@
  * in whole 2 MiB regions of the shards' mappings: mlock splits a mapping
  * where the locked range starts and ends, and a 2 MiB folio is mapped whole
  * only inside one mapping, so locked mappings start on a 2 MiB boundary and
- * end on one or at the end of their file. */
+ * end on one or at the end of their file. A model whose shard the page
+ * cache holds in 4 KiB pages is read again at open and mapped in 2 MiB
+ * pages, as a fresh read of it would be. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,9 +168,127 @@ static void dense_locked_in_whole_regions(void)
     ms_engine_close(eng);
 }
 
+/* Every .safetensors file of dir: written out, then dropped from the page
+ * cache; with small set, read back into it a page at a time with
+ * readahead off, so that the cache holds it in 4 KiB pages. */
+static void recache_shards(const char *dir, int small)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors"))
+            continue;
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        fdatasync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        if (small) {
+            posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+            char page[4096];
+            for (off_t off = 0; pread(fd, page, sizeof page, off) > 0; off += (off_t)sizeof page)
+                ;
+        }
+        close(fd);
+    }
+    closedir(d);
+}
+
+/* The share the log's "N% mapped in huge pages" gives, or -1. */
+static int logged_share(void)
+{
+    const char *p = strstr(log_text, "% mapped in huge pages");
+    if (!p)
+        return -1;
+    while (p > log_text && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    return atoi(p);
+}
+
+static int open_logged(const char *dir)
+{
+    log_text[0] = 0;
+    ms_engine_opts eo = {.n_threads = 1, .log = on_log};
+    ms_engine *eng = NULL;
+    ms_error err = {0};
+    if (ms_engine_open(dir, &eo, &eng, &err)) {
+        CHECK(0, "%s: %s", dir, err.msg);
+        return -1;
+    }
+    ms_engine_close(eng);
+    return 0;
+}
+
+static void small_pages_read_again(void)
+{
+    /* the gpt_oss fixture's configuration with a 16384-token vocabulary:
+     * its embedding and lm_head (6 MiB each) span whole 2 MiB pages */
+    char src[1024], base[PATH_MAX], cfg[PATH_MAX + 32], model[PATH_MAX + 32];
+    snprintf(src, sizeof src, "%s/gpt_oss/config.json", t_fixtures_dir());
+    snprintf(base, sizeof base, "%s/ms_test_small_pages_%d", t_tmpdir(), (int)getpid());
+    snprintf(cfg, sizeof cfg, "%s/cfg", base);
+    snprintf(model, sizeof model, "%s/model", base);
+    FILE *f = fopen(src, "r");
+    CHECK(f != NULL, "%s: cannot read", src);
+    if (!f)
+        return;
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    char *v = strstr(text, "\"vocab_size\": 1280");
+    CHECK(v != NULL, "%s: no \"vocab_size\": 1280", src);
+    if (!v)
+        return;
+    memcpy(v, "\"vocab_size\": 9999", 18); /* the same length; 9999 is patched below */
+    memcpy(v + 14, "16384", 5);
+    mkdir(base, 0700);
+    mkdir(cfg, 0700);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/config.json", cfg);
+    f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0, "%s: cannot write", path);
+    if (f)
+        fclose(f);
+    ms_error err = {0};
+    ms_synth_opts so = {.config_path = path, .out_dir = model, .seed = 7, .quiet = 1};
+    if (ms_synth(&so, &err)) {
+        CHECK(0, "synth: %s", err.msg);
+        return;
+    }
+    recache_shards(model, 0);
+    if (open_logged(model))
+        return;
+    int fresh = logged_share();
+    recache_shards(model, 1);
+    if (open_logged(model))
+        return;
+    int after = logged_share();
+    printf("note: read fresh %d%% mapped in huge pages; cached page by page, then opened: %d%%; "
+           "log: %s", fresh, after, log_text);
+    if (fresh < 50) {
+        printf("SKIP small_pages_read_again (huge pages): this kernel mapped %d%% of a fresh "
+               "read of the model in %s in huge pages, so rereading cannot be shown to help\n",
+               fresh, t_tmpdir());
+    } else {
+        CHECK_STR_CONTAINS(log_text, "reading them again in 2 MiB pages");
+        CHECK(after >= fresh - 5, "after the reread %d%% is mapped in huge pages, %d%% when "
+              "read fresh", after, fresh);
+    }
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(void)
 {
     TEST_CASE(weights_mapped_at_open);
+    TEST_CASE(small_pages_read_again);
 #if defined(__SANITIZE_ADDRESS__)
     printf("SKIP dense_locked_in_whole_regions: AddressSanitizer's mlock locks nothing, so no "
            "mapping can show as locked\n");
