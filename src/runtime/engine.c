@@ -245,7 +245,8 @@ static int mostly_small(uint64_t bytes, int64_t huge)
  * again first, to learn whether this kernel caches the file system's files
  * in large folios at all; if it does not, nothing more is read. The
  * rereading stops at a shard that stays in small pages (memory too
- * fragmented for 2 MiB folios). Said on the log either way. */
+ * fragmented for 2 MiB folios, or pages another process maps, which are
+ * not dropped). Said on the log either way. */
 static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
 {
     const uint64_t REGION = 2 << 20;
@@ -304,7 +305,8 @@ static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
             size_t size = files[f].size;
             if (ms_huge_bytes_n(1, &map, &size, now) >= 0 && mostly_small(bytes[f], now[0])) {
                 ms_logf(&eng->log, "%s came back in small pages too (memory too fragmented for "
-                        "2 MiB pages?): the other shards are left as they are", files[f].path);
+                        "2 MiB pages, or another process maps them): the other shards are left "
+                        "as they are", files[f].path);
                 goto said;
             }
         }
