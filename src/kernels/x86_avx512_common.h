@@ -25,6 +25,31 @@ AI float hsum(__m512 v)
 /* The scales of one block's ng (1..4) groups at sb, lane i taking group
  * i / 4, as floats 2^(s-127) (s == 0: the subnormal 2^-127, s == 255:
  * NaN, as ms_e8m0_to_f32). Lanes of absent groups are zero. */
+/* The lanes' scales of a full block whose four scale bytes are neither 0
+ * nor 255 (mx_scales_odd clear): the bytes' exponent bits alone. */
+AI __m512 mx_scales_plain(const uint8_t *sb)
+{
+    uint32_t s4;
+    memcpy(&s4, sb, 4);
+    const __m512i spread = _mm512_setr_epi32(
+        (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808001,
+        (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808002, (int)0x80808002,
+        (int)0x80808002, (int)0x80808002, (int)0x80808003, (int)0x80808003, (int)0x80808003,
+        (int)0x80808003);
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_shuffle_epi8(_mm512_set1_epi32((int)s4), spread), 23));
+}
+
+/* Whether any of the n (<= 64) scale bytes at sb is 0 or 255, the two
+ * that mx_scales mends. */
+AI int mx_scales_odd(const uint8_t *sb, int64_t n)
+{
+    __mmask64 m = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    __m512i v = _mm512_maskz_loadu_epi8(m, sb);
+    return (_mm512_mask_cmpeq_epi8_mask(m, v, _mm512_setzero_si512()) |
+            _mm512_mask_cmpeq_epi8_mask(m, v, _mm512_set1_epi8((char)0xFF))) != 0;
+}
+
 AI __m512 mx_scales(const uint8_t *sb, int ng)
 {
     uint32_t s4 = 0;
