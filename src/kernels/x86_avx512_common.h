@@ -22,22 +22,25 @@ AI float hsum(__m512 v)
 
 /* MXFP4 in lane order (x86_avx512.c): lane i of a 128-column block holds
  * columns of group i / 4. */
-/* The scales of one block's ng (1..4) groups at sb, lane i taking group
- * i / 4, as floats 2^(s-127) (s == 0: the subnormal 2^-127, s == 255:
- * NaN, as ms_e8m0_to_f32). Lanes of absent groups are zero. */
+/* The four scale bytes s4 (group g in byte g) spread over the lanes, lane
+ * i taking group i / 4's byte as an int. */
+AI __m512i mx_scale_bytes(uint32_t s4)
+{
+    const __m512i spread = _mm512_setr_epi32(
+        (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808001,
+        (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808002, (int)0x80808002,
+        (int)0x80808002, (int)0x80808002, (int)0x80808003, (int)0x80808003, (int)0x80808003,
+        (int)0x80808003);
+    return _mm512_shuffle_epi8(_mm512_set1_epi32((int)s4), spread);
+}
+
 /* The lanes' scales of a full block whose four scale bytes are neither 0
  * nor 255 (mx_scales_odd clear): the bytes' exponent bits alone. */
 AI __m512 mx_scales_plain(const uint8_t *sb)
 {
     uint32_t s4;
     memcpy(&s4, sb, 4);
-    const __m512i spread = _mm512_setr_epi32(
-        (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808001,
-        (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808002, (int)0x80808002,
-        (int)0x80808002, (int)0x80808002, (int)0x80808003, (int)0x80808003, (int)0x80808003,
-        (int)0x80808003);
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_shuffle_epi8(_mm512_set1_epi32((int)s4), spread), 23));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(mx_scale_bytes(s4), 23));
 }
 
 /* Whether any of the n (<= 64) scale bytes at sb is 0 or 255, the two
@@ -50,6 +53,9 @@ AI int mx_scales_odd(const uint8_t *sb, int64_t n)
             _mm512_mask_cmpeq_epi8_mask(m, v, _mm512_set1_epi8((char)0xFF))) != 0;
 }
 
+/* The scales of one block's ng (1..4) groups at sb, lane i taking group
+ * i / 4, as floats 2^(s-127) (s == 0: the subnormal 2^-127, s == 255:
+ * NaN, as ms_e8m0_to_f32). Lanes of absent groups are zero. */
 AI __m512 mx_scales(const uint8_t *sb, int ng)
 {
     uint32_t s4 = 0;
@@ -58,12 +64,7 @@ AI __m512 mx_scales(const uint8_t *sb, int ng)
     else
         for (int g = 0; g < ng; g++)
             s4 |= (uint32_t)sb[g] << (8 * g);
-    const __m512i spread = _mm512_setr_epi32(
-        (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808000, (int)0x80808001,
-        (int)0x80808001, (int)0x80808001, (int)0x80808001, (int)0x80808002, (int)0x80808002,
-        (int)0x80808002, (int)0x80808002, (int)0x80808003, (int)0x80808003, (int)0x80808003,
-        (int)0x80808003);
-    __m512i b = _mm512_shuffle_epi8(_mm512_set1_epi32((int)s4), spread);
+    __m512i b = mx_scale_bytes(s4);
     __m512i bits = _mm512_slli_epi32(b, 23);
     /* the byte 0 (absent groups read as 0 too) or 255 in s4: rare, fixed
      * in vector registers; the common block costs three instructions */
