@@ -170,10 +170,9 @@ AI void fp8_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const 
         out[t] = nan ? NAN : hsum(_mm512_add_ps(a0[t], a1[t]));
 }
 
-/* Columns [c0, c1) of row r for nt tokens with bf16 x (panel relative) at
- * xb[t]; the panel's sums to out[t]. */
-AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb,
-                  int64_t c0, int64_t c1, float *out)
+/* One MXFP4 block of 128 columns (q: its codes, s: its lanes' scales) for
+ * nt tokens with bf16 x at xo[t], summed into a0[t], a1[t]. */
+AI void mx_block(int nt, __m512i q, __m512 s, const uint16_t *const *xo, __m512 *a0, __m512 *a1)
 {
     /* E2M1 values as bf16, twice (vpermw reads 5 index bits) */
     const __m512i tab = _mm512_set_epi16(
@@ -182,71 +181,119 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
         0x3F80, 0x3F00, 0x0000, (short)0xC0C0, (short)0xC080, (short)0xC040, (short)0xC000,
         (short)0xBFC0, (short)0xBF80, (short)0xBF00, (short)0x8000, 0x40C0, 0x4080, 0x4040,
         0x4000, 0x3FC0, 0x3F80, 0x3F00, 0x0000);
-    int mx = f == MS_WFMT_MXFP4;
-    const uint8_t *row = (const uint8_t *)w->w + (mx ? w->cols / 2 : 2 * w->cols) * r;
-    const uint8_t *sb = mx ? (const uint8_t *)w->scale + r * (w->cols / 32) : NULL;
+    __m512i wv[4];
+    wv[0] = _mm512_permutexvar_epi16(q, tab);
+    wv[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 4), tab);
+    wv[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 8), tab);
+    wv[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 12), tab);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        __m512 p0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[0],
+                                     (__m512bh)_mm512_load_si512(xo[t]));
+        __m512 p1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[1],
+                                     (__m512bh)_mm512_load_si512(xo[t] + 32));
+        p0 = _mm512_dpbf16_ps(p0, (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo[t] + 64));
+        p1 = _mm512_dpbf16_ps(p1, (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo[t] + 96));
+        a0[t] = _mm512_fmadd_ps(p0, s, a0[t]);
+        a1[t] = _mm512_fmadd_ps(p1, s, a1[t]);
+    }
+}
+
+/* n full MXFP4 blocks from codes q and scale bytes sb, x from xb[t], the
+ * scales tested for the bytes 0 and 255 (odd) or taken as plain exponents;
+ * as in the exact table's mx_blocks. */
+AI void mx_blocks(int nt, const uint8_t *q, const uint8_t *sb, const uint16_t *const *xb,
+                  int64_t n, int odd, __m512 *a0, __m512 *a1)
+{
+    const uint16_t *xo[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        xo[t] = xb[t];
+    for (int64_t b = 0; b < n; b++, q += BLOCK / 2, sb += BLOCK / 32) {
+        _mm_prefetch((const char *)q + PREFETCH, _MM_HINT_T0);
+        __m512 s = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
+        mx_block(nt, _mm512_loadu_si512(q), s, xo, a0, a1);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            xo[t] += BLOCK;
+    }
+}
+
+/* Columns [c0, c1) of MXFP4 row r, as row_panel: the full blocks in a loop
+ * of their own, the scale bytes tested once, then the ragged block. */
+AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb, int64_t c0,
+                     int64_t c1, __m512 *a0, __m512 *a1)
+{
+    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
+    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
+    const int64_t full = (c1 - c0) / BLOCK;
+    if (mx_scales_odd(sb, (c1 - c0) / 32))
+        mx_blocks(nt, row, sb, xb, full, 1, a0, a1);
+    else
+        mx_blocks(nt, row, sb, xb, full, 0, a0, a1);
+    int k = (int)(c1 - c0 - full * BLOCK);
+    if (k) {
+        int ng = k / 32;
+        const uint16_t *xo[MAX_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            xo[t] = xb[t] + full * BLOCK;
+        __m512i q = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
+                                             row + full * BLOCK / 2);
+        mx_block(nt, q, mx_scales(sb + full * BLOCK / 32, ng), xo, a0, a1);
+    }
+}
+
+/* Columns [c0, c1) of BF16 row r for nt tokens with bf16 x (panel
+ * relative) at xb[t], summed into a0[t], a1[t]. */
+AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb, int64_t c0,
+                     int64_t c1, __m512 *a0, __m512 *a1)
+{
+    const uint8_t *row = (const uint8_t *)w->w + 2 * w->cols * r;
+    for (int64_t c = c0; c < c1; c += BLOCK) {
+        int k = c1 - c < BLOCK ? (int)(c1 - c) : BLOCK;
+        __m512i wv[4];
+        const uint8_t *p = row + 2 * c;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            _mm_prefetch((const char *)p + PREFETCH + 64 * i, _MM_HINT_T0);
+        if (k == BLOCK) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                wv[i] = _mm512_loadu_si512(p + 64 * i);
+        } else {
+            for (int i = 0; i < 4; i++) {
+                int left = k - 32 * i;
+                __mmask32 m = left >= 32  ? 0xFFFFFFFFu
+                              : left <= 0 ? 0
+                                          : (__mmask32)((1u << left) - 1);
+                wv[i] = _mm512_maskz_loadu_epi16(m, p + 64 * i);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *xo = xb[t] + (c - c0);
+            a0[t] = _mm512_dpbf16_ps(a0[t], (__m512bh)wv[0], (__m512bh)_mm512_load_si512(xo));
+            a1[t] = _mm512_dpbf16_ps(a1[t], (__m512bh)wv[1], (__m512bh)_mm512_load_si512(xo + 32));
+            a0[t] = _mm512_dpbf16_ps(a0[t], (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo + 64));
+            a1[t] = _mm512_dpbf16_ps(a1[t], (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo + 96));
+        }
+    }
+}
+
+/* Columns [c0, c1) of row r for nt tokens with bf16 x (panel relative) at
+ * xb[t]; the panel's sums to out[t]. */
+AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb,
+                  int64_t c0, int64_t c1, float *out)
+{
     __m512 a0[MAX_NT], a1[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
-    for (int64_t c = c0; c < c1; c += BLOCK) {
-        int k = c1 - c < BLOCK ? (int)(c1 - c) : BLOCK;
-        __m512i wv[4];
-        if (mx) {
-            int ng = k / 32;
-            const uint8_t *p = row + c / 2;
-            _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
-            __m512i q = k == BLOCK ? _mm512_loadu_si512(p)
-                                   : _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
-                                                              p);
-            wv[0] = _mm512_permutexvar_epi16(q, tab);
-            wv[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 4), tab);
-            wv[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 8), tab);
-            wv[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 12), tab);
-            __m512 s = mx_scales(sb + c / 32, ng);
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const uint16_t *xo = xb[t] + (c - c0);
-                __m512 p0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[0],
-                                             (__m512bh)_mm512_load_si512(xo));
-                __m512 p1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[1],
-                                             (__m512bh)_mm512_load_si512(xo + 32));
-                p0 = _mm512_dpbf16_ps(p0, (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo + 64));
-                p1 = _mm512_dpbf16_ps(p1, (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo + 96));
-                a0[t] = _mm512_fmadd_ps(p0, s, a0[t]);
-                a1[t] = _mm512_fmadd_ps(p1, s, a1[t]);
-            }
-        } else {
-            const uint8_t *p = row + 2 * c;
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
-                _mm_prefetch((const char *)p + PREFETCH + 64 * i, _MM_HINT_T0);
-            if (k == BLOCK) {
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++)
-                    wv[i] = _mm512_loadu_si512(p + 64 * i);
-            } else {
-                for (int i = 0; i < 4; i++) {
-                    int left = k - 32 * i;
-                    __mmask32 m = left >= 32  ? 0xFFFFFFFFu
-                                  : left <= 0 ? 0
-                                              : (__mmask32)((1u << left) - 1);
-                    wv[i] = _mm512_maskz_loadu_epi16(m, p + 64 * i);
-                }
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const uint16_t *xo = xb[t] + (c - c0);
-                a0[t] = _mm512_dpbf16_ps(a0[t], (__m512bh)wv[0], (__m512bh)_mm512_load_si512(xo));
-                a1[t] = _mm512_dpbf16_ps(a1[t], (__m512bh)wv[1],
-                                         (__m512bh)_mm512_load_si512(xo + 32));
-                a0[t] = _mm512_dpbf16_ps(a0[t], (__m512bh)wv[2],
-                                         (__m512bh)_mm512_load_si512(xo + 64));
-                a1[t] = _mm512_dpbf16_ps(a1[t], (__m512bh)wv[3],
-                                         (__m512bh)_mm512_load_si512(xo + 96));
-            }
-        }
-    }
+    if (f == MS_WFMT_MXFP4)
+        mx_row_panel(nt, w, r, xb, c0, c1, a0, a1);
+    else
+        bf_row_panel(nt, w, r, xb, c0, c1, a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));

@@ -91,40 +91,73 @@ static void x_int8(const float *x, int k, uint16_t *out)
     _mm512_store_ps(xe + 192, sx);
 }
 
-/* Columns [c0, c1) of MXFP4 row r for nt tokens with int8 x (panel
- * relative) at xq[t]; the panel's sums to out[t]. */
-AI void row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xq, int64_t c0,
-                  int64_t c1, float *out)
+/* One block of 128 columns (q: its codes, sw: its lanes' scales) for nt
+ * tokens with int8 x at xb[t], summed into a[t]. */
+AI void q8_block(int nt, __m512i q, __m512 sw, const uint8_t *const *xb, __m512 *a)
 {
     /* 2 * E2M1 + 12, in each 128-bit lane for vpshufb */
     const __m512i tab = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r;
-    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32);
-    const int64_t pf = ms_prefetch_bytes.lanes;
+    __m512i wl = _mm512_shuffle_epi8(tab, _mm512_and_si512(q, low4));
+    __m512i wh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(xb[t]));
+        s = _mm512_dpbusd_epi32(s, wh, _mm512_load_si512(xb[t] + 64));
+        s = _mm512_sub_epi32(s, _mm512_load_si512(xb[t] + 128));
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(xb[t] + 192));
+        a[t] = _mm512_fmadd_ps(f, sw, a[t]);
+    }
+}
+
+/* n full blocks from codes q and scale bytes sb, x from xq[t], the scales
+ * tested for the bytes 0 and 255 (odd) or taken as plain exponents; as in
+ * the exact table's mx_blocks. */
+AI void q8_blocks(int nt, const uint8_t *q, const uint8_t *sb, const uint16_t *const *xq,
+                  int64_t n, int odd, int64_t pf, __m512 *a)
+{
+    const uint8_t *xb[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        xb[t] = (const uint8_t *)xq[t];
+    for (int64_t b = 0; b < n; b++, q += BLOCK / 2, sb += BLOCK / 32) {
+        _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+        __m512 sw = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
+        q8_block(nt, _mm512_loadu_si512(q), sw, xb, a);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            xb[t] += BLOCK * sizeof(uint16_t);
+    }
+}
+
+/* Columns [c0, c1) of MXFP4 row r for nt tokens with int8 x (panel
+ * relative) at xq[t]; the panel's sums to out[t]. The full blocks go in a
+ * loop of their own, the scale bytes tested once, then the ragged block. */
+AI void row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xq, int64_t c0,
+                  int64_t c1, float *out)
+{
+    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
+    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
+    const int64_t pf = ms_prefetch_bytes.lanes, full = (c1 - c0) / BLOCK;
     __m512 a[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         a[t] = _mm512_setzero_ps();
-    for (int64_t c = c0; c < c1; c += BLOCK) {
-        int k = c1 - c < BLOCK ? (int)(c1 - c) : BLOCK, ng = k / 32;
-        _mm_prefetch((const char *)row + c / 2 + pf, _MM_HINT_T0);
-        __m512i q = k == BLOCK ? _mm512_loadu_si512(row + c / 2)
-                               : _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
-                                                          row + c / 2);
-        __m512i wl = _mm512_shuffle_epi8(tab, _mm512_and_si512(q, low4));
-        __m512i wh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
-        __m512 sw = mx_scales(sb + c / 32, ng);
+    if (mx_scales_odd(sb, (c1 - c0) / 32))
+        q8_blocks(nt, row, sb, xq, full, 1, pf, a);
+    else
+        q8_blocks(nt, row, sb, xq, full, 0, pf, a);
+    int k = (int)(c1 - c0 - full * BLOCK);
+    if (k) {
+        int ng = k / 32;
+        const uint8_t *xb[MAX_NT];
 #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            const uint8_t *xb = (const uint8_t *)(xq[t] + (c - c0));
-            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_load_si512(xb));
-            s = _mm512_dpbusd_epi32(s, wh, _mm512_load_si512(xb + 64));
-            s = _mm512_sub_epi32(s, _mm512_load_si512(xb + 128));
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(xb + 192));
-            a[t] = _mm512_fmadd_ps(f, sw, a[t]);
-        }
+        for (int t = 0; t < nt; t++)
+            xb[t] = (const uint8_t *)(xq[t] + full * BLOCK);
+        __m512i q = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
+                                             row + full * BLOCK / 2);
+        q8_block(nt, q, mx_scales(sb + full * BLOCK / 32, ng), xb, a);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
