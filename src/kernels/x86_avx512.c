@@ -228,13 +228,20 @@ AI void mx_transpose(const float *x, int k, float *xp)
     }
 }
 
+_Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens");
+
 /* One block of 128 columns (q: its codes, s: its lanes' scales) for nt
- * tokens, x at xo[t]: two chains of products, then scaled into a0, a1. */
-AI void mx_block(int nt, __m512i q, __m512 s, const float *const *xo, __m512 *a0, __m512 *a1)
+ * tokens, x at x[t] (floats): two chains of products, then scaled into
+ * a0, a1 (an mx_block_fn). */
+AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
 {
     const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
                                       -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const float *xo[MAX_NT];
     __m512 p0[MAX_NT], p1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        xo[t] = (const float *)x[t];
     __m512 w0 = _mm512_permutexvar_ps(q, tab);
     __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
 #pragma GCC unroll 4
@@ -259,58 +266,21 @@ AI void mx_block(int nt, __m512i q, __m512 s, const float *const *xo, __m512 *a0
     }
 }
 
-/* The full blocks of a panel: n blocks from codes q, scale bytes sb and x
- * at xo[t]. mx_scales' test for the bytes 0 and 255 is made once for the
- * panel by the caller: with odd clear, the scales are the exponent bits
- * alone. Per block, the test and the index arithmetic had cost one
- * thread's matvec ~30% of its speed, from memory as from L2 (a /tmp
- * harness, docs/perf.md "MXFP4 blocks without per-block tests"). */
-AI void mx_blocks(int nt, const uint8_t *q, const uint8_t *sb, const float *const *xp,
-                  int64_t n, int odd, int64_t pf, __m512 *a0, __m512 *a1)
-{
-    const float *xo[MAX_NT];
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        xo[t] = xp[t];
-    for (int64_t b = 0; b < n; b++, q += MX_BLOCK / 2, sb += MX_BLOCK / 32) {
-        _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-        __m512 s = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
-        mx_block(nt, _mm512_loadu_si512(q), s, xo, a0, a1);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            xo[t] += MX_BLOCK;
-    }
-}
-
 /* Columns [c0, c1) of row r for nt tokens whose transposed x (panel
  * relative, MX_BLOCK floats per block) is at xp[t]; returns the panel's
- * sums through out[t]. The full blocks go in a loop of their own, in one
- * of two copies (scales tested or not), then the ragged block. */
+ * sums through out[t]. */
 AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
                      int64_t c1, float *out)
 {
-    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
-    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
-    const int64_t pf = ms_prefetch_bytes.lanes, full = (c1 - c0) / MX_BLOCK;
+    const uint8_t *x[MAX_NT];
     __m512 a0[MAX_NT], a1[MAX_NT];
 #pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
+    for (int t = 0; t < nt; t++) {
+        x[t] = (const uint8_t *)xp[t];
         a0[t] = a1[t] = _mm512_setzero_ps();
-    if (mx_scales_odd(sb, (c1 - c0) / 32))
-        mx_blocks(nt, row, sb, xp, full, 1, pf, a0, a1);
-    else
-        mx_blocks(nt, row, sb, xp, full, 0, pf, a0, a1);
-    int k = (int)(c1 - c0 - full * MX_BLOCK);
-    if (k) {
-        int ng = k / 32;
-        const float *xo[MAX_NT];
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            xo[t] = xp[t] + full * MX_BLOCK;
-        __m512i q = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
-                                             row + full * MX_BLOCK / 2);
-        mx_block(nt, q, mx_scales(sb + full * MX_BLOCK / 32, ng), xo, a0, a1);
     }
+    mx_panel(mx_block, nt, w, r, x, MX_BLOCK * sizeof(float), c0, c1, ms_prefetch_bytes.lanes,
+             a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));

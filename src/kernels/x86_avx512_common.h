@@ -79,6 +79,66 @@ AI __m512 mx_scales(const uint8_t *sb, int ng)
     return _mm512_castsi512_ps(bits);
 }
 
+/* The MXFP4 panel of the lane-order tables (exact, fast, int8), each of
+ * which sums a block of 128 columns its own way: blk(nt, q, s, x, a0, a1)
+ * takes the block's codes q, its lanes' scales s and each token's x for the
+ * block at x[t] (in the table's layout, xstep bytes a block), and adds
+ * into a0[t] (and a1[t] where the table keeps two accumulators). Inlined
+ * with blk known, the call is direct. */
+typedef void (*mx_block_fn)(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0,
+                            __m512 *a1);
+enum { MX_MAX_NT = 4 }; /* tokens a block takes at most: each table's MAX_NT, checked there */
+
+/* n full blocks from codes q and scale bytes sb, the scales tested for the
+ * bytes 0 and 255 (odd) or taken as plain exponents. Per block, that test
+ * and the ragged block's branch had cost one thread's exact matvec 15-30%
+ * of its speed, from memory as from L2 (docs/perf.md, "MXFP4 blocks
+ * without per-block tests"). */
+AI void mx_full_blocks(mx_block_fn blk, int nt, const uint8_t *q, const uint8_t *sb,
+                       const uint8_t *const *xp, int64_t xstep, int64_t n, int odd, int64_t pf,
+                       __m512 *a0, __m512 *a1)
+{
+    const uint8_t *x[MX_MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        x[t] = xp[t];
+    for (int64_t b = 0; b < n; b++, q += 64, sb += 4) {
+        _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+        __m512 s = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
+        blk(nt, _mm512_loadu_si512(q), s, x, a0, a1);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            x[t] += xstep;
+    }
+}
+
+/* Columns [c0, c1) of MXFP4 row r (c0 on a block boundary, the panel's
+ * groups at most 64), x for the panel at xp[t]: the full blocks in a loop
+ * of their own, in one of two copies chosen by one test of the panel's
+ * scale bytes, then the ragged block. The same operations, in the same
+ * order, as a loop that tests every block. */
+AI void mx_panel(mx_block_fn blk, int nt, const ms_mat *w, int64_t r, const uint8_t *const *xp,
+                 int64_t xstep, int64_t c0, int64_t c1, int64_t pf, __m512 *a0, __m512 *a1)
+{
+    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
+    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
+    const int64_t full = (c1 - c0) / 128;
+    if (mx_scales_odd(sb, (c1 - c0) / 32))
+        mx_full_blocks(blk, nt, row, sb, xp, xstep, full, 1, pf, a0, a1);
+    else
+        mx_full_blocks(blk, nt, row, sb, xp, xstep, full, 0, pf, a0, a1);
+    int k = (int)(c1 - c0 - full * 128);
+    if (k) {
+        int ng = k / 32;
+        const uint8_t *x[MX_MAX_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            x[t] = xp[t] + full * xstep;
+        __m512i q = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1), row + full * 64);
+        blk(nt, q, mx_scales(sb + full * 4, ng), x, a0, a1);
+    }
+}
+
 /* FP8 (e4m3) bytes in lane order, shared by the exact table's byte-lane
  * kernel (x86_avx512.c) and the fast one (x86_avx512bf16.c). A byte
  * s.eeee.mmm whose sign sits at bit 15 of a 16-bit word and eeeemmm at

@@ -170,9 +170,12 @@ AI void fp8_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const 
         out[t] = nan ? NAN : hsum(_mm512_add_ps(a0[t], a1[t]));
 }
 
+_Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens");
+
 /* One MXFP4 block of 128 columns (q: its codes, s: its lanes' scales) for
- * nt tokens with bf16 x at xo[t], summed into a0[t], a1[t]. */
-AI void mx_block(int nt, __m512i q, __m512 s, const uint16_t *const *xo, __m512 *a0, __m512 *a1)
+ * nt tokens with bf16 x at x[t], summed into a0[t], a1[t] (an
+ * mx_block_fn). */
+AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
 {
     /* E2M1 values as bf16, twice (vpermw reads 5 index bits) */
     const __m512i tab = _mm512_set_epi16(
@@ -188,59 +191,15 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint16_t *const *xo, __m512 
     wv[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 12), tab);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++) {
+        const uint16_t *xo = (const uint16_t *)x[t];
         __m512 p0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[0],
-                                     (__m512bh)_mm512_load_si512(xo[t]));
+                                     (__m512bh)_mm512_load_si512(xo));
         __m512 p1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[1],
-                                     (__m512bh)_mm512_load_si512(xo[t] + 32));
-        p0 = _mm512_dpbf16_ps(p0, (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo[t] + 64));
-        p1 = _mm512_dpbf16_ps(p1, (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo[t] + 96));
+                                     (__m512bh)_mm512_load_si512(xo + 32));
+        p0 = _mm512_dpbf16_ps(p0, (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo + 64));
+        p1 = _mm512_dpbf16_ps(p1, (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo + 96));
         a0[t] = _mm512_fmadd_ps(p0, s, a0[t]);
         a1[t] = _mm512_fmadd_ps(p1, s, a1[t]);
-    }
-}
-
-/* n full MXFP4 blocks from codes q and scale bytes sb, x from xb[t], the
- * scales tested for the bytes 0 and 255 (odd) or taken as plain exponents;
- * as in the exact table's mx_blocks. */
-AI void mx_blocks(int nt, const uint8_t *q, const uint8_t *sb, const uint16_t *const *xb,
-                  int64_t n, int odd, __m512 *a0, __m512 *a1)
-{
-    const uint16_t *xo[MAX_NT];
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        xo[t] = xb[t];
-    for (int64_t b = 0; b < n; b++, q += BLOCK / 2, sb += BLOCK / 32) {
-        _mm_prefetch((const char *)q + PREFETCH, _MM_HINT_T0);
-        __m512 s = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
-        mx_block(nt, _mm512_loadu_si512(q), s, xo, a0, a1);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            xo[t] += BLOCK;
-    }
-}
-
-/* Columns [c0, c1) of MXFP4 row r, as row_panel: the full blocks in a loop
- * of their own, the scale bytes tested once, then the ragged block. */
-AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb, int64_t c0,
-                     int64_t c1, __m512 *a0, __m512 *a1)
-{
-    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
-    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
-    const int64_t full = (c1 - c0) / BLOCK;
-    if (mx_scales_odd(sb, (c1 - c0) / 32))
-        mx_blocks(nt, row, sb, xb, full, 1, a0, a1);
-    else
-        mx_blocks(nt, row, sb, xb, full, 0, a0, a1);
-    int k = (int)(c1 - c0 - full * BLOCK);
-    if (k) {
-        int ng = k / 32;
-        const uint16_t *xo[MAX_NT];
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            xo[t] = xb[t] + full * BLOCK;
-        __m512i q = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
-                                             row + full * BLOCK / 2);
-        mx_block(nt, q, mx_scales(sb + full * BLOCK / 32, ng), xo, a0, a1);
     }
 }
 
@@ -290,9 +249,13 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
-    if (f == MS_WFMT_MXFP4)
-        mx_row_panel(nt, w, r, xb, c0, c1, a0, a1);
-    else
+    if (f == MS_WFMT_MXFP4) {
+        const uint8_t *x[MAX_NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            x[t] = (const uint8_t *)xb[t];
+        mx_panel(mx_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, PREFETCH, a0, a1);
+    } else
         bf_row_panel(nt, w, r, xb, c0, c1, a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)

@@ -91,10 +91,14 @@ static void x_int8(const float *x, int k, uint16_t *out)
     _mm512_store_ps(xe + 192, sx);
 }
 
+_Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens");
+
 /* One block of 128 columns (q: its codes, sw: its lanes' scales) for nt
- * tokens with int8 x at xb[t], summed into a[t]. */
-AI void q8_block(int nt, __m512i q, __m512 sw, const uint8_t *const *xb, __m512 *a)
+ * tokens with int8 x at xb[t], summed into a[t] (an mx_block_fn with one
+ * accumulator: the second is not used). */
+AI void q8_block(int nt, __m512i q, __m512 sw, const uint8_t *const *xb, __m512 *a, __m512 *unused)
 {
+    (void)unused;
     /* 2 * E2M1 + 12, in each 128-bit lane for vpshufb */
     const __m512i tab = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -111,54 +115,20 @@ AI void q8_block(int nt, __m512i q, __m512 sw, const uint8_t *const *xb, __m512 
     }
 }
 
-/* n full blocks from codes q and scale bytes sb, x from xq[t], the scales
- * tested for the bytes 0 and 255 (odd) or taken as plain exponents; as in
- * the exact table's mx_blocks. */
-AI void q8_blocks(int nt, const uint8_t *q, const uint8_t *sb, const uint16_t *const *xq,
-                  int64_t n, int odd, int64_t pf, __m512 *a)
-{
-    const uint8_t *xb[MAX_NT];
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        xb[t] = (const uint8_t *)xq[t];
-    for (int64_t b = 0; b < n; b++, q += BLOCK / 2, sb += BLOCK / 32) {
-        _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-        __m512 sw = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
-        q8_block(nt, _mm512_loadu_si512(q), sw, xb, a);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            xb[t] += BLOCK * sizeof(uint16_t);
-    }
-}
-
 /* Columns [c0, c1) of MXFP4 row r for nt tokens with int8 x (panel
- * relative) at xq[t]; the panel's sums to out[t]. The full blocks go in a
- * loop of their own, the scale bytes tested once, then the ragged block. */
+ * relative) at xq[t]; the panel's sums to out[t]. */
 AI void row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xq, int64_t c0,
                   int64_t c1, float *out)
 {
-    const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
-    const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
-    const int64_t pf = ms_prefetch_bytes.lanes, full = (c1 - c0) / BLOCK;
+    const uint8_t *x[MAX_NT];
     __m512 a[MAX_NT];
 #pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
+    for (int t = 0; t < nt; t++) {
+        x[t] = (const uint8_t *)xq[t];
         a[t] = _mm512_setzero_ps();
-    if (mx_scales_odd(sb, (c1 - c0) / 32))
-        q8_blocks(nt, row, sb, xq, full, 1, pf, a);
-    else
-        q8_blocks(nt, row, sb, xq, full, 0, pf, a);
-    int k = (int)(c1 - c0 - full * BLOCK);
-    if (k) {
-        int ng = k / 32;
-        const uint8_t *xb[MAX_NT];
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            xb[t] = (const uint8_t *)(xq[t] + full * BLOCK);
-        __m512i q = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1),
-                                             row + full * BLOCK / 2);
-        q8_block(nt, q, mx_scales(sb + full * BLOCK / 32, ng), xb, a);
     }
+    mx_panel(q8_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, ms_prefetch_bytes.lanes, a,
+             NULL);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(a[t]);
