@@ -1,7 +1,7 @@
 /* AVX-512 pieces shared by the exact table (x86_avx512.c), the fast one
  * (x86_avx512bf16.c) and the int8 one (x86_avx512vnni.c). Include only
- * from files compiled with the AVX-512 flags, after the file's MAX_NT;
- * everything is static inline so each gets its own copy. */
+ * from files compiled with the AVX-512 flags; everything is static inline
+ * so each gets its own copy. */
 #ifndef MS_KERNELS_X86_AVX512_COMMON_H
 #define MS_KERNELS_X86_AVX512_COMMON_H
 
