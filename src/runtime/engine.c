@@ -224,13 +224,18 @@ static int64_t huge_per_file(const ms_engine *eng, int64_t *huge)
     return sum;
 }
 
-/* Whether shard f's regions (bytes[f] of them) are mostly in small pages:
- * more than a tenth, and more than the two 2 MiB pieces a file's ragged
- * ends can leave. */
+/* Of a shard's regions' bytes, those not mapped in huge pages. */
+static uint64_t small_bytes(uint64_t bytes, int64_t huge)
+{
+    return huge <= 0 ? bytes : (uint64_t)huge < bytes ? bytes - (uint64_t)huge : 0;
+}
+
+/* Whether a shard's regions (bytes of them, huge in huge pages) are mostly
+ * in small pages: more than a tenth, and more than the two 2 MiB pieces a
+ * file's ragged ends can leave. */
 static int mostly_small(uint64_t bytes, int64_t huge)
 {
-    uint64_t small = huge > 0 && (uint64_t)huge < bytes ? bytes - (uint64_t)huge
-                     : huge > 0 ? 0 : bytes;
+    uint64_t small = small_bytes(bytes, huge);
     return small > bytes / 10 && small > (4u << 20);
 }
 
@@ -263,7 +268,7 @@ static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
         all += bytes[f];
         in_huge += huge[f];
         if (mostly_small(bytes[f], huge[f]))
-            small += bytes[f] - (huge[f] > 0 ? (uint64_t)huge[f] : 0);
+            small += small_bytes(bytes[f], huge[f]);
     }
     if (!small)
         goto done;
@@ -300,10 +305,7 @@ static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
                 }
                 read += v[k].nbytes;
             }
-            int64_t now[1];
-            const void *map = files[f].map;
-            size_t size = files[f].size;
-            if (ms_huge_bytes_n(1, &map, &size, now) >= 0 && mostly_small(bytes[f], now[0])) {
+            if (huge_per_file(eng, huge) >= 0 && mostly_small(bytes[f], huge[f])) {
                 ms_logf(&eng->log, "%s came back in small pages too (memory too fragmented for "
                         "2 MiB pages, or another process maps them): the other shards are left "
                         "as they are", files[f].path);
