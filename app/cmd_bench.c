@@ -58,6 +58,23 @@ static int64_t disk_busy_ms(const char *path)
     return ms;
 }
 
+/* Where a phase's time went, per token: the engine's own timers (stats)
+ * between a and b, so that a decode's profile needs no sampler. */
+static void print_split(const char *name, int64_t tokens, const ms_stats *a, const ms_stats *b)
+{
+    double part[4] = {b->t_attn - a->t_attn, b->t_experts - a->t_experts, b->t_head - a->t_head,
+                      b->t_other - a->t_other};
+    double busy = part[0] + part[1] + part[2] + part[3];
+    char what[64], v[160];
+    snprintf(what, sizeof what, "  %s: time split, ms/token", name);
+    snprintf(v, sizeof v, "attn %.1f (%.0f%%) experts %.1f (%.0f%%) head %.1f (%.0f%%) other %.1f",
+             1e3 * part[0] / (double)tokens, busy > 0 ? 100 * part[0] / busy : 0.0,
+             1e3 * part[1] / (double)tokens, busy > 0 ? 100 * part[1] / busy : 0.0,
+             1e3 * part[2] / (double)tokens, busy > 0 ? 100 * part[2] / busy : 0.0,
+             1e3 * part[3] / (double)tokens);
+    row(what, v);
+}
+
 static void print_phase(const char *name, int64_t tokens, double secs, const ms_stats *a,
                         const ms_stats *b, int64_t busy_ms)
 {
@@ -221,12 +238,10 @@ int cmd_bench(int argc, char **argv)
     snprintf(v, sizeof v, "%.2f ms/token (%.0f%% of prefill)", 1e3 * pkv / (double)prompt,
              pt > 0 ? 100 * pkv / pt : 0.0);
     row("  prefill: attention over the KV cache", v);
+    print_split("prefill", prompt, &s0, &s1);
     print_phase("decode", n, s2.t_decode - s1.t_decode, &s1, &s2,
                 d1 >= 0 && d2 >= 0 ? d2 - d1 : -1);
-    double busy = s2.t_attn + s2.t_experts + s2.t_head + s2.t_other;
-    snprintf(v, sizeof v, "attn %.0f%% experts %.0f%% head %.0f%%", 100 * s2.t_attn / busy,
-             100 * s2.t_experts / busy, 100 * s2.t_head / busy);
-    row("time split (all tokens)", v);
+    print_split("decode", n, &s1, &s2);
     if (pipeline_stages()) {
         print_stages("prefill", prompt, &s0, &s1, p0, p1);
         print_stages("decode", n, &s1, &s2, p1, p2);
