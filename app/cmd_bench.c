@@ -273,8 +273,8 @@ int cmd_bench(int argc, char **argv)
         double disk;
         if (ms_engine_disk_probe(eng, (int)o.disk, 4, &disk, &err))
             goto out;
-        snprintf(v, sizeof v, "%.0f MB/s (%lld experts of %.1f MB, QD 4)", disk / 1e6,
-                 (long long)o.disk, ei.expert_bytes / 1e6);
+        snprintf(v, sizeof v, "%.0f MB/s (%lld experts of %.1f MB, read as the cache does)",
+                 disk / 1e6, (long long)o.disk, ei.expert_bytes / 1e6);
         row("disk read bandwidth", v);
         double per = (double)(s2.bytes_read - s1.bytes_read) / (double)n;
         snprintf(v, sizeof v, "%.1f ms/token", 1e3 * per / disk);

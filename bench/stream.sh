@@ -8,7 +8,8 @@
 #   2. streaming: under shared/tools/memlimit $LIMIT (default 6G) with the shards
 #      evicted first (cold), engine cache + prefetch, routing trace recorded;
 #   3. the same without prefetch;
-# plus the disk's bandwidth at expert-sized reads, and prints the two ratios:
+# plus the disk's bandwidth reading experts as the engine cache does, and
+# prints the two ratios:
 #   decode time / max(IO floor, resident decode time)   (target <= 1.25)
 #   hit rate - optimum (Belady, same trace, same budget) (target within 5 points)
 # IO floor = bytes that must come from disk per token (the optimum's misses x
@@ -92,7 +93,7 @@ awk -v res="$res_ms" -v str="$str_ms" -v np="$np_ms" -v disk="$disk" -v hit="$hi
   printf "\n| %-52s | %-14s |\n|%s|%s|\n", "streaming summary (decode)", "value",
          "------------------------------------------------------", "----------------"
   printf "| %-52s | %11.1f ms |\n", "resident decode (page cache, warm)", res
-  printf "| %-52s | %8.0f MB/s |\n", "disk bandwidth at expert-sized reads (QD 4)", disk
+  printf "| %-52s | %8.0f MB/s |\n", "disk bandwidth, experts read as the cache reads", disk
   printf "| %-52s | %11.1f MB |\n", "bytes read per token (measured)", rd
   printf "| %-52s | %11.1f MB |\n", "bytes that must be read per token (optimum)", must
   printf "| %-52s | %11.1f ms |\n", "IO floor = optimum bytes / disk bandwidth", floor_io

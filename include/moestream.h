@@ -299,8 +299,10 @@ typedef struct ms_mem_plan {
 } ms_mem_plan;
 int ms_engine_mem_plan(const ms_engine *eng, uint64_t mem, ms_mem_plan *out);
 
-/* Disk bandwidth (bytes/s) reading n whole experts, `depth` at a time, with
- * O_DIRECT where the filesystem allows it. The cache is not touched. */
+/* Disk bandwidth (bytes/s) reading n whole experts as the engine cache
+ * reads them (O_DIRECT where the filesystem allows it, io_uring reads of
+ * 4 MiB in order, 3 in flight, into registered buffers in huge pages),
+ * `depth` experts queued at a time. The cache is not touched. */
 int ms_engine_disk_probe(const ms_engine *eng, int n, int depth, double *bytes_per_s,
                          ms_error *err);
 void ms_session_stats(const ms_session *s, ms_stats *out);

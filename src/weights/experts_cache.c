@@ -19,9 +19,6 @@
 
 enum { SLOT_EMPTY = 0, SLOT_LOADING, SLOT_READY, SLOT_FAILED };
 
-#define READ_PIECE (4u << 20) /* io_uring reads of at most this, in order */
-#define READ_WINDOW 3         /* of them in flight */
-
 typedef struct slot {
     int32_t layer, expert;          /* key; -1 when empty */
     int state, refs, pending;
@@ -468,8 +465,8 @@ static int open_backend(ms_expert_store *st, const ms_expert_opts *o, ms_err *er
     /* 3 reads of 4 MB in flight, in order: an expert's bytes arrive before the
      * next one's, so it computes while the next reads (docs/perf.md, "Where
      * the disk idles"); demand reads go ahead of prefetches */
-    if (ms_io_open_uring(o->io_depth > 0 ? o->io_depth : READ_WINDOW, READ_PIECE, &c->io,
-                         &e2) == 0)
+    if (ms_io_open_uring(o->io_depth > 0 ? o->io_depth : MS_EXPERT_READ_WINDOW,
+                         MS_EXPERT_READ_PIECE, &c->io, &e2) == 0)
         return 0;
     ms_logf(&st->log, "%s; reading experts with 4 pread threads instead", e2.msg);
     return ms_io_open_threads(4, &c->io, err);

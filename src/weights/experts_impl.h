@@ -13,6 +13,11 @@
 
 #define MS_EXPERT_ALIGN 4096u
 #define MS_EXPERT_MAX_SEGS (2 * MS_EXPERT_MAX_MATS)
+/* The engine cache's reads (and the disk probe's, which measures them):
+ * io_uring reads of at most MS_EXPERT_READ_PIECE bytes, in order,
+ * MS_EXPERT_READ_WINDOW of them in flight. */
+#define MS_EXPERT_READ_PIECE (4u << 20)
+#define MS_EXPERT_READ_WINDOW 3
 
 /* One aligned read covering one or more of an expert's spans, laid out at
  * dst of a buffer (a cache slot, or the disk probe's scratch). */

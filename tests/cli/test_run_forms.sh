@@ -4,7 +4,8 @@
 # input) for -p and -f give the same prompt as the text itself; ids are
 # written as they are made, and SIGINT ends the answer with status 130 and
 # the output kept; an unknown --experts value is refused by bench as by run;
-# bench splits each phase's time into attention, experts, head and other.
+# bench splits each phase's time into attention, experts, head and other,
+# and --disk measures the disk as the expert cache reads it.
 set -u
 cd "$(dirname "$0")/../.." && . tests/init.sh run_forms
 M=$W/m
@@ -70,4 +71,9 @@ for ph in prefill decode; do
     fail "bench_${ph}_time_split" "total '$tot', split '$split': $(printf '%s\n' "$out" | grep "$ph")"
   fi
 done
+# bench --disk measures the disk the way the expert cache reads it
+out=$("$BIN" bench "$M" --prompt 2 -n 2 --disk 8 2>&1)
+printf '%s\n' "$out" | grep -Eq '^\| disk read bandwidth +\| [1-9][0-9]* MB/s \(8 experts of [0-9.]+ MB, read as the cache does\)' &&
+  printf '%s\n' "$out" | grep -Eq '^\| decode IO floor \(bytes/token / disk\) +\| [0-9.]+ ms/token' &&
+  pass bench_disk_probe || fail bench_disk_probe "$(printf '%s\n' "$out" | grep -i disk)"
 [ "$fails" -eq 0 ]
