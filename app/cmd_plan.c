@@ -255,7 +255,8 @@ int cmd_plan(int argc, char **argv)
         ei.n_used);
     ROW("experts / dense weights", "%.2f GB / %.2f GB", (double)ei.expert_bytes * ei.n_layers *
         ei.n_experts / 1e9, (double)ei.dense_bytes / 1e9);
-    ROW("disk at expert-sized reads", "%.0f MB/s (QD %d, %.1f MB reads)", disk / 1e6, depth,
+    ROW("disk at expert-sized reads",
+        "%.0f MB/s (%d experts of %.1f MB queued, read as the cache does)", disk / 1e6, depth,
         ei.expert_bytes / 1e6);
     ROW("memory read bandwidth", "%.1f GB/s (%d threads)", bw, threads);
     ROW("decode compute (measured)", "%.1f ms/token (floor %.1f ms: weights / bandwidth)",
