@@ -29,7 +29,16 @@
  *        as the engine holds them: its cache's arena, or the page cache's
  *        huge folios. The two are not the same for the kernels: on a Zen 5
  *        VM, interleaved, a two-thread BF16 matvec read 33.4 GB/s (median)
- *        from 2 MiB pages and 38.4 from 4 KiB ones; docs/perf.md) */
+ *        from 2 MiB pages and 38.4 from 4 KiB ones; docs/perf.md)
+ *        [--ab] (only in the build of bench/kernels_ab.sh REV, which links
+ *        in REV's op tables beside this tree's: each line of a table is
+ *        followed by the same line of REV's ("old ..."), timed right after
+ *        it in every round, and each format's results are compared bit for
+ *        bit. On this VM a core's speed flips between two levels from one
+ *        minute to the next (another tenant on its sibling?), so A and B
+ *        measured in separate runs can differ by 30% with no change at
+ *        all; docs/perf.md, "Batched products against the core's FMA
+ *        peak") */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +54,18 @@ static int64_t COLS = 4096; /* --cols */
 static int BATCH = 8;       /* --batch: tokens of the batched matmul */
 static int SMALL_PAGES;     /* --small-pages: weights from malloc (4 KiB pages) */
 #define ROUNDS 5
-#define N_TABLES 7
+#define N_TABLES 14 /* this tree's 7 tables, each followed by REV's under --ab */
+
+/* REV's op tables, defined only in the build of bench/kernels_ab.sh */
+#define AB_OLD(t) extern const ms_kernel_ops *ab_old_kernels_##t(void) __attribute__((weak));
+AB_OLD(avx2)
+AB_OLD(avx512)
+AB_OLD(avx512_bf16)
+AB_OLD(avx512_amx)
+AB_OLD(avx2_int8)
+AB_OLD(avx512_vnni)
+#undef AB_OLD
+static const char *label[N_TABLES]; /* a table's name on its lines */
 
 static double now(void)
 {
@@ -169,17 +189,17 @@ static int fp8_two_orders(const ms_kernel_ops *ops, int f)
     return f == MS_WFMT_FP8_BLOCK && (ops == ms_kernels_avx512() || ops == ms_kernels_avx2());
 }
 
+/* One round: every line once, formats outer, so that a table and the one
+ * after it (under --ab, REV's) time the same line back to back. */
 static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const float *X,
                       float *Y, int round, times best)
 {
-    for (int k = 0; k < N_TABLES; k++) {
-        if (!tables[k])
-            continue;
-        int scalar = tables[k] == ms_kernels_scalar();
-        if (scalar && round > 0)
-            continue;
-        for (int f = 0; f < MS_WFMT_COUNT; f++) {
-            if (inherited(tables, k, f))
+    for (int f = 0; f < MS_WFMT_COUNT; f++) {
+        for (int k = 0; k < N_TABLES; k++) {
+            if (!tables[k])
+                continue;
+            int scalar = tables[k] == ms_kernels_scalar();
+            if ((scalar && round > 0) || inherited(tables, k, f))
                 continue;
             ms_mat m = mats[f].m;
             if (scalar)
@@ -208,7 +228,7 @@ static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, tim
 {
     char mm[32];
     snprintf(mm, sizeof mm, "mm n=%d GB/s", BATCH);
-    printf("%-16s %-10s %3s | %9s %8s %7s | %-12s %8s\n", "table", "format", "thr",
+    printf("%-20s %-10s %3s | %9s %8s %7s | %-12s %8s\n", "table", "format", "thr",
            "mv GB/s", "GFLOP/s", "floor x", mm, "GFLOP/s");
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         for (int k = 0; k < N_TABLES; k++) {
@@ -223,8 +243,8 @@ static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, tim
                 for (int thr = 1; thr <= 2; thr++) {
                     const double *tt = o ? fp8_other[k][thr - 1] : best[k][f][thr - 1];
                     double t = tt[0], tb = tt[1];
-                    printf("%-16s %-10s %3d | %9.1f %8.1f %7.2f | ",
-                           !o ? tables[k]->name : fp8_chosen ? " column order" : " byte lanes",
+                    printf("%-20s %-10s %3d | %9.1f %8.1f %7.2f | ",
+                           !o ? label[k] : fp8_chosen ? " column order" : " byte lanes",
                            fmt_name((ms_wfmt)f), thr, bytes / t / 1e9, flops / t / 1e9,
                            t / (bytes / (bw[thr - 1] * 1e9)));
                     if (scalar)
@@ -236,9 +256,50 @@ static void print_table(const ms_kernel_ops **tables, const bench_mat *mats, tim
     }
 }
 
+/* --ab: each table's products against REV's, bit for bit, for one token
+ * and the batch, over the first rows of each format's matrix. */
+static void compare_bits(const ms_kernel_ops **tables, const bench_mat *mats, const float *X)
+{
+    float *Y = malloc(2 * (size_t)BATCH * 512 * sizeof(float));
+    if (!Y) {
+        printf("\nbits: not compared (no memory for the results)\n");
+        return;
+    }
+    printf("\nbits, this tree against the revision (1 and %d tokens, the first 512 rows):\n",
+           BATCH);
+    ms_pool_set_threads(1);
+    for (int k = 2; k + 1 < N_TABLES; k += 2) {
+        if (!tables[k] || !tables[k + 1])
+            continue;
+        int own = 1;
+        for (int f = 0; f < MS_WFMT_COUNT; f++)
+            own &= tables[k]->rows[f] == tables[k + 1]->rows[f];
+        if (own) { /* a build that renamed nothing would compare a table with itself */
+            printf("  %-20s the revision's table is this tree's own: not linked in\n", label[k]);
+            continue;
+        }
+        printf("  %-20s", label[k]);
+        for (int f = 0; f < MS_WFMT_COUNT; f++) {
+            ms_mat m = mats[f].m;
+            m.rows = m.rows < 512 ? m.rows : 512;
+            int same = 1;
+            for (int n = 1; n <= BATCH; n += BATCH > 1 ? BATCH - 1 : 1) {
+                size_t sz = (size_t)n * (size_t)m.rows;
+                ms_matmul_ops(tables[k], &m, X, n, Y);
+                ms_matmul_ops(tables[k + 1], &m, X, n, Y + sz);
+                same &= memcmp(Y, Y + sz, sz * sizeof(float)) == 0;
+            }
+            printf(" %s %s%s", fmt_name((ms_wfmt)f), same ? "same" : "DIFFER",
+                   f + 1 < MS_WFMT_COUNT ? "," : "\n");
+        }
+    }
+    free(Y);
+}
+
 int main(int argc, char **argv)
 {
     size_t mib = 512;
+    int ab = 0;
     for (int i = 1; i < argc; i++) {
         ms_prefetch pf = ms_kernels_prefetch();
         int got = i + 1 < argc ? sscanf(argv[i + 1], "%d,%d,%d,%d", &pf.near, &pf.far,
@@ -256,11 +317,13 @@ int main(int argc, char **argv)
             BATCH = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--small-pages")) {
             SMALL_PAGES = 1;
+        } else if (!strcmp(argv[i], "--ab")) {
+            ab = 1;
         } else if (atol(argv[i]) > 0) {
             mib = (size_t)atol(argv[i]);
         } else {
             fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES[,ROWS]] [--cols N] "
-                            "[--batch 1..64] [--small-pages]\n");
+                            "[--batch 1..64] [--small-pages] [--ab]\n");
             return 2;
         }
     }
@@ -276,15 +339,39 @@ int main(int argc, char **argv)
     memset(copy, 2, bytes);
     for (int i = 0; i < BATCH * COLS; i++)
         X[i] = (float)((int)(next() % 2001) - 1000) / 1000.0f;
-    const ms_kernel_ops *tables[N_TABLES] = {ms_kernels_scalar(), ms_kernels_avx2(),
-                                             ms_kernels_avx512(), ms_kernels_avx512_bf16(),
-                                             ms_kernels_avx512_amx(), ms_kernels_avx2_int8(),
-                                             ms_kernels_avx512_vnni()};
-    const char *names[N_TABLES] = {"scalar",     "avx2",      "avx512",        "avx512-bf16-fast",
-                                   "avx512-amx", "avx2-int8", "avx512-vnni-int8"};
-    for (int k = 0; k < N_TABLES; k++)
+    const ms_kernel_ops *tables[N_TABLES] = {ms_kernels_scalar(),     NULL, ms_kernels_avx2(),
+                                             NULL,                    ms_kernels_avx512(),
+                                             NULL,                    ms_kernels_avx512_bf16(),
+                                             NULL,                    ms_kernels_avx512_amx(),
+                                             NULL,                    ms_kernels_avx2_int8(),
+                                             NULL,                    ms_kernels_avx512_vnni()};
+    const char *names[N_TABLES] = {[0] = "scalar",      [2] = "avx2",
+                                   [4] = "avx512",      [6] = "avx512-bf16-fast",
+                                   [8] = "avx512-amx",  [10] = "avx2-int8",
+                                   [12] = "avx512-vnni-int8"};
+    static char old_label[N_TABLES][32];
+    for (int k = 0; k < N_TABLES; k += 2) {
+        label[k] = names[k];
         if (!tables[k])
             printf("skipped: the %s table (this CPU lacks its instructions)\n", names[k]);
+    }
+    if (ab && !ab_old_kernels_avx512) {
+        fprintf(stderr, "kernels: --ab needs the build of bench/kernels_ab.sh REV, which links "
+                        "in REV's tables\n");
+        return 2;
+    }
+    if (ab) {
+        const ms_kernel_ops *(*old[N_TABLES / 2])(void) = {
+            NULL, ab_old_kernels_avx2, ab_old_kernels_avx512, ab_old_kernels_avx512_bf16,
+            ab_old_kernels_avx512_amx, ab_old_kernels_avx2_int8, ab_old_kernels_avx512_vnni};
+        for (int k = 2; k < N_TABLES; k += 2) {
+            tables[k + 1] = tables[k] && old[k / 2] ? old[k / 2]() : NULL;
+            snprintf(old_label[k + 1], sizeof old_label[k + 1], "old %s", names[k]);
+            label[k + 1] = old_label[k + 1];
+            if (tables[k] && !tables[k + 1])
+                printf("--ab: the revision has no %s table\n", names[k]);
+        }
+    }
     times best;
     double rd[2] = {0, 0}, cp[2] = {0, 0};
     for (int k = 0; k < N_TABLES; k++)
@@ -325,6 +412,8 @@ int main(int argc, char **argv)
     printf("FP8 (AVX2, AVX-512): %s order on this CPU; the other order on the line below\n\n",
            fp8_chosen ? "byte-lane" : "column");
     print_table(tables, mats, best, rd);
+    if (ab)
+        compare_bits(tables, mats, X);
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
         if (SMALL_PAGES)
             free(mats[f].w);
