@@ -1,11 +1,28 @@
 /* KV cache storage: formats, allocation, and the conversion on write. */
 #include "models/kvcache.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "base/sysmem.h"
 #include "format/dtype.h"
+
+/* AddressSanitizer checks the bounds of heap blocks, not of mappings: its
+ * builds keep the cache on the heap, so that a stray index into it is
+ * still caught there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KV_ON_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KV_ON_HEAP 1
+#endif
+#endif
+#ifndef KV_ON_HEAP
+#define KV_ON_HEAP 0
+#endif
 
 static const char *const names[MS_KV_COUNT] = {"f32", "bf16", "fp8"};
 
@@ -53,9 +70,17 @@ int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane,
     kv->row = row;
     kv->plane = plane;
     kv->group = group;
+    kv->bytes = (size_t)(cap * row) * (size_t)ms_kvfmt_size(f);
+#if KV_ON_HEAP
     kv->data = ms_calloc((size_t)(cap * row), (size_t)ms_kvfmt_size(f), "KV cache", err);
     if (!kv->data)
         return -1;
+#else
+    kv->data = ms_map_huge(kv->bytes);
+    if (!kv->data)
+        return ms_err_set(err, MS_E_NOMEM, "cannot map %zu bytes for a KV cache: %s",
+                          kv->bytes, strerror(errno));
+#endif
     if (f == MS_KV_FP8) {
         kv->scale = ms_calloc((size_t)(cap * row / group), 4, "KV cache scales", err);
         if (!kv->scale) {
@@ -68,7 +93,12 @@ int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane,
 
 void ms_kv_free(ms_kv *kv)
 {
+#if KV_ON_HEAP
     free(kv->data);
+#else
+    if (kv->data)
+        munmap(kv->data, kv->bytes);
+#endif
     free(kv->scale);
     kv->data = NULL;
     kv->scale = NULL;

@@ -23,6 +23,7 @@
 #ifndef MS_MODELS_KVCACHE_H
 #define MS_MODELS_KVCACHE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
@@ -30,6 +31,7 @@
 
 typedef struct ms_kv {
     void *data;      /* [cap][row] elements of fmt */
+    size_t bytes;    /* data's size (its mapping's, see ms_kv_alloc) */
     float *scale;    /* MS_KV_FP8: [cap][row / group] */
     int64_t cap, row;
     int64_t plane;   /* elements per plane; divides row */
@@ -48,7 +50,13 @@ int64_t ms_kv_bytes_per_pos(ms_kvfmt f, int64_t row, int group);
 
 /* Allocates cap positions (zeroed; pages are touched only when written);
  * kplanes: the leading planes that hold keys, tiled where the format is
- * (cap a multiple of MS_KV_TILE then). */
+ * (cap a multiple of MS_KV_TILE then). The data is asked for in 2 MiB
+ * pages (ms_map_huge): decode attention streams the whole cache every
+ * token, and over 4 KiB pages it was slower in 21 of 23 interleaved runs,
+ * by a median of ~10% at 32k positions and ~15% at 8k (docs/perf.md, "The
+ * KV cache in huge pages"). A plane's first write may then commit 2 MiB of
+ * it, not 4 KiB. Builds with AddressSanitizer keep the heap, whose bounds
+ * it checks. */
 int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane,
                 int64_t kplanes, int group, ms_err *err);
 void ms_kv_free(ms_kv *kv);

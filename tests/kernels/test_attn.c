@@ -13,6 +13,7 @@
  * outside it (case checker_fails). */
 #include <stdint.h>
 
+#include "base/sysmem.h"
 #include "format/dtype.h"
 #include "kernels/kernels.h"
 #include "models/kvcache.h"
@@ -557,6 +558,42 @@ static void case_fast_path(void)
     }
 }
 
+/* ms_kv_alloc asks for the cache in huge pages: its data starts on a 2 MiB
+ * boundary, in a mapping marked MADV_HUGEPAGE ("hg" among the VmFlags of
+ * /proc/self/smaps). Whether the kernel then gives huge pages depends on
+ * its settings and free memory, so that share is printed, not asserted. */
+static void case_kv_huge_pages(void)
+{
+    ms_kv kv;
+    ms_err e = {0};
+    CHECK(ms_kv_alloc(&kv, MS_KV_F32, 4096, 1024, 64, 8, 64, &e) == 0, "alloc: %s", e.msg);
+    if (!kv.data)
+        return;
+    CHECK(((uintptr_t)kv.data & ((2u << 20) - 1)) == 0, "the cache at %p is not on a 2 MiB "
+          "boundary", kv.data);
+    FILE *f = fopen("/proc/self/smaps", "r");
+    CHECK(f != NULL, "/proc/self/smaps cannot be read");
+    char line[512];
+    int in = 0, marked = 0, found = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)kv.data >= lo && (uintptr_t)kv.data < hi;
+            found |= in;
+        } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+            marked = strstr(line, " hg") != NULL;
+        }
+    }
+    if (f)
+        fclose(f);
+    CHECK(found && marked, "the cache's mapping %s", found ? "is not marked MADV_HUGEPAGE"
+                                                           : "is not in /proc/self/smaps");
+    memset(kv.data, 1, kv.bytes);
+    printf("note: %lld of %zu MiB of a KV cache in huge pages\n",
+           (long long)(ms_huge_bytes(kv.data, kv.bytes) >> 20), kv.bytes >> 20);
+    ms_kv_free(&kv);
+}
+
 int main(void)
 {
     const ms_kernel_ops *all[3] = {ms_kernels_scalar(), ms_kernels_avx2(), ms_kernels_avx512()};
@@ -592,5 +629,11 @@ int main(void)
     }
     t_run_case("e4m3_encode", case_e4m3_encode);
     t_run_case("kv_tiles", case_kv_tiles);
+#if defined(__SANITIZE_ADDRESS__)
+    printf("SKIP kv_huge_pages: under AddressSanitizer the KV cache stays on the heap, whose "
+           "bounds it checks\n");
+#else
+    t_run_case("kv_huge_pages", case_kv_huge_pages);
+#endif
     return t_finish();
 }
