@@ -10,20 +10,6 @@
 #include "base/sysmem.h"
 #include "format/dtype.h"
 
-/* AddressSanitizer checks the bounds of heap blocks, not of mappings: its
- * builds keep the cache on the heap, so that a stray index into it is
- * still caught there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define KV_ON_HEAP 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KV_ON_HEAP 1
-#endif
-#endif
-#ifndef KV_ON_HEAP
-#define KV_ON_HEAP 0
-#endif
-
 static const char *const names[MS_KV_COUNT] = {"f32", "bf16", "fp8"};
 
 const char *ms_kvfmt_name(ms_kvfmt f)
@@ -71,7 +57,7 @@ int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane,
     kv->plane = plane;
     kv->group = group;
     kv->bytes = (size_t)(cap * row) * (size_t)ms_kvfmt_size(f);
-#if KV_ON_HEAP
+#if MS_KV_ON_HEAP
     kv->data = ms_calloc((size_t)(cap * row), (size_t)ms_kvfmt_size(f), "KV cache", err);
     if (!kv->data)
         return -1;
@@ -93,7 +79,7 @@ int ms_kv_alloc(ms_kv *kv, ms_kvfmt f, int64_t cap, int64_t row, int64_t plane,
 
 void ms_kv_free(ms_kv *kv)
 {
-#if KV_ON_HEAP
+#if MS_KV_ON_HEAP
     free(kv->data);
 #else
     if (kv->data)

@@ -29,6 +29,20 @@
 #include "base/error.h"
 #include "kernels/kernels.h"
 
+/* AddressSanitizer checks the bounds of heap blocks, not of mappings: its
+ * builds keep the cache on the heap (ms_kv_alloc), so that a stray index
+ * into it is still caught there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MS_KV_ON_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MS_KV_ON_HEAP 1
+#endif
+#endif
+#ifndef MS_KV_ON_HEAP
+#define MS_KV_ON_HEAP 0
+#endif
+
 typedef struct ms_kv {
     void *data;      /* [cap][row] elements of fmt */
     size_t bytes;    /* data's size (its mapping's, see ms_kv_alloc) */

@@ -629,7 +629,7 @@ int main(void)
     }
     t_run_case("e4m3_encode", case_e4m3_encode);
     t_run_case("kv_tiles", case_kv_tiles);
-#if defined(__SANITIZE_ADDRESS__)
+#if MS_KV_ON_HEAP
     printf("SKIP kv_huge_pages: under AddressSanitizer the KV cache stays on the heap, whose "
            "bounds it checks\n");
 #else
