@@ -52,7 +52,15 @@ static _Atomic(const ms_kernel_ops *) active;
  * Intel Xeon with AMX lost by it: Qwen3-30B-A3B (12 layers, BF16) decoded
  * on two threads at 105.3 ms/token with it, 87.0 without (interleaved;
  * 86.7 -> 75.4 in a faster hour), gpt-oss-20b 177.4 -> 159.2, so there it
- * is 0. */
+ * is 0.
+ *
+ * Zen 5 (family 1Ah) with the weights in 2 MiB pages, as the engine maps
+ * them since it rereads shards cached small (engine.c), reads BF16 fastest
+ * with neither: whole decodes alternated in one build (twelfth session,
+ * docs/perf.md "BF16 without software prefetch on Zen 5"): gpt-oss-20b's
+ * lm_head 38 -> 33 ms a token on two threads and 82 -> 60 on one, Qwen3's
+ * 12 layers 75-82 -> 67-77 ms/token, DeepSeek-V3 (FP8) unchanged; over
+ * 4 KiB pages a matvec reads as fast either way. */
 ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048, 24 << 10};
 
 /* FP8 in byte-lane order in the AVX2 and AVX-512 tables on AMD, column
@@ -88,6 +96,9 @@ static void choose(void)
         ms_fp8_lanes = 0;
     } else if (amd_family() == 0x19) {
         ms_prefetch_bytes.near = 0;
+    } else if (amd_family() == 0x1A) {
+        ms_prefetch_bytes.near = 0;
+        ms_prefetch_bytes.rows = 0;
     }
     /* not the AMX table (x86_amx.c): it doubles prefill but slowed decode
      * of Qwen3's short BF16 expert rows (docs/perf.md, "AMX") */
