@@ -124,6 +124,12 @@ AI void mx_panel(mx_block_fn blk, int nt, const ms_mat *w, int64_t r, const uint
     const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
     const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
     const int64_t full = (c1 - c0) / 128;
+    /* the scales are a second stream beside the codes, ~1.4 lines a row
+     * of 2880 columns, which the hardware prefetcher did not keep ahead:
+     * asked for ~5 rows ahead, one Zen 5 thread's matvec from memory went
+     * 6-16% faster (bench/kernels_ab.sh, four runs); 1 and 2 KiB ahead
+     * gained nothing (docs/perf.md, "MXFP4 scales asked for ahead") */
+    _mm_prefetch((const char *)sb + 512, _MM_HINT_T0);
     if (mx_scales_odd(sb, (c1 - c0) / 32))
         mx_full_blocks(blk, nt, row, sb, xp, xstep, full, 1, pf, a0, a1);
     else
