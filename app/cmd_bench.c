@@ -22,16 +22,24 @@ static void row(const char *what, const char *value)
 /* Read-stream bandwidth (GB/s) with the engine's threads, folded into
  * *best: two rounds over 256 MiB, taken between the phases it judges (the
  * machine's bandwidth swings from minute to minute). */
-static int sample_floor(const cli_args *o, int threads, double *best, double *copy,
-                        ms_error *err)
+/* The floors' machine figures, sampled between phases (the best of every
+ * sample of the run): read stream and memcpy in GB/s, FMA peak in
+ * GFLOP/s. */
+typedef struct floors {
+    double bw, copy, peak;
+} floors;
+
+static int sample_floor(const cli_args *o, int threads, floors *fl, ms_error *err)
 {
-    double r, c;
+    double r, c, g;
     if (!o->floor)
         return 0;
-    if (ms_mem_bandwidth(threads, INT64_C(256) << 20, 2, &r, &c, err))
+    if (ms_mem_bandwidth(threads, INT64_C(256) << 20, 2, &r, &c, err) ||
+        ms_compute_peak(threads, 2, &g, err))
         return -1;
-    *best = r > *best ? r : *best;
-    *copy = c > *copy ? c : *copy;
+    fl->bw = r > fl->bw ? r : fl->bw;
+    fl->copy = c > fl->copy ? c : fl->copy;
+    fl->peak = g > fl->peak ? g : fl->peak;
     return 0;
 }
 
@@ -185,8 +193,8 @@ int cmd_bench(int argc, char **argv)
     cli_synthetic_prompt(ids, prompt, info->vocab_size);
     ms_stats s0, s1, s2;
     int threads = ms_engine_threads(eng);
-    double bw = 0, bw_copy = 0;
-    if (sample_floor(&o, threads, &bw, &bw_copy, &err))
+    floors fl = {0};
+    if (sample_floor(&o, threads, &fl, &err))
         goto out;
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%s/config.json", o.model);
@@ -202,7 +210,7 @@ int cmd_bench(int argc, char **argv)
     int64_t wb1 = ms_weight_bytes_read(), d1 = disk_busy_ms(cfg);
     if (stage_snap(p1, &err))
         goto out;
-    if (sample_floor(&o, threads, &bw, &bw_copy, &err))
+    if (sample_floor(&o, threads, &fl, &err))
         goto out;
     for (int64_t i = 0; i < n; i++) {
         const float *l = ms_session_logits(s);
@@ -216,7 +224,7 @@ int cmd_bench(int argc, char **argv)
     int64_t wb2 = ms_weight_bytes_read(), d2 = disk_busy_ms(cfg);
     if (stage_snap(p2, &err))
         goto out;
-    if (sample_floor(&o, threads, &bw, &bw_copy, &err))
+    if (sample_floor(&o, threads, &fl, &err))
         goto out;
     printf("| %-40s | %-32s |\n|%s|%s|\n", "moestream bench", o.model,
            "------------------------------------------", "----------------------------------");
@@ -253,9 +261,13 @@ int cmd_bench(int argc, char **argv)
     }
     if (o.floor) {
         double per = (double)(wb2 - wb1) / (double)n, dec = (s2.t_decode - s1.t_decode) / n;
-        snprintf(v, sizeof v, "%.1f GB/s (memcpy %.1f), %d thread%s", bw, bw_copy, threads,
+        double bw = fl.bw;
+        snprintf(v, sizeof v, "%.1f GB/s (memcpy %.1f), %d thread%s", bw, fl.copy, threads,
                  threads == 1 ? "" : "s");
         row("memory read stream (best of 6)", v);
+        snprintf(v, sizeof v, "%.1f GFLOP/s (%s FMAs), %d thread%s", fl.peak, ms_kernel_path(),
+                 threads, threads == 1 ? "" : "s");
+        row("compute peak (best of 6)", v);
         snprintf(v, sizeof v, "%.1f MB/token (prefill %.1f)", per / 1e6,
                  (double)(wb1 - wb0) / 1e6 / (double)prompt);
         row("decode: weight bytes read", v);
@@ -267,6 +279,13 @@ int cmd_bench(int argc, char **argv)
         snprintf(v, sizeof v, "%.2f ms/token, %.1f MB/token: %.2fx its floor", 1e3 * kvt,
                  kvb / 1e6, kvb > 0 ? kvt / (kvb / (bw * 1e9)) : 0.0);
         row("decode: attention over the KV cache", v);
+        /* what bounds attention where its bytes do not: MLA's shared latent
+         * does 100+ operations a byte, a GQA cache in bf16 ~8 */
+        double kvf = (s2.attn_flops - s1.attn_flops) / (double)n;
+        snprintf(v, sizeof v, "%.2f GFLOP/token, %.0f GFLOP/s: %.2fx its floor", kvf / 1e9,
+                 kvt > 0 ? kvf / kvt / 1e9 : 0.0,
+                 kvf > 0 && fl.peak > 0 ? kvt / (kvf / (fl.peak * 1e9)) : 0.0);
+        row("decode: attention's arithmetic (peak)", v);
     }
     ms_expert_info ei;
     if (o.disk && ms_engine_expert_info(eng, &ei) == 0) {

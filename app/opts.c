@@ -126,6 +126,9 @@ void cli_print_stats(const ms_session *s)
                 "head %.3f s (%.0f%%), other %.3f s (%.0f%%)\n",
                 st.t_attn, 100 * st.t_attn / busy, st.t_experts, 100 * st.t_experts / busy,
                 st.t_head, 100 * st.t_head / busy, st.t_other, 100 * st.t_other / busy);
+    if (st.kv_bytes_read)
+        fprintf(stderr, "attention over the KV cache: %.3f s, %lld bytes read, %.0f FLOP\n",
+                st.t_attn_kv, (long long)st.kv_bytes_read, st.attn_flops);
     int64_t toks = st.n_prefill_tokens + st.n_decode_tokens;
     if (st.expert_requests) {
         double r = 100.0 / (double)st.expert_requests;

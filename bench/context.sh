@@ -6,7 +6,10 @@
 # ms/token, the attention over the KV cache in ms/token and its share, the
 # cache bytes it read per token and its ratio to the floor
 #   KV bytes read per token / best read-stream bandwidth (same run),
-# then min / median / max of that ratio per (model, format, context).
+# and its ratio to the compute floor
+#   attention FLOPs per token / best FMA peak (same run)
+# (MLA's shared latent is bound by the second), then min / median / max of
+# both ratios per (model, format, context).
 #   bench/context.sh MODEL_DIR...       default: build/demo-model
 # Env: ROUNDS (3), N (8), CONTEXTS ("1000 8000 32000"), KV ("f32 bf16"),
 #      THREADS (2), BASE (another moestream binary, e.g. an older build:
@@ -32,8 +35,8 @@ if [ ${#models[@]} -eq 0 ]; then
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-printf "| %-22s | kv | context | decode ms/tok | attn KV ms/tok | share | KV MB/tok | read GB/s | x KV floor | binary\n" model
-printf "|%s|----|---------|---------------|----------------|-------|-----------|-----------|------------|--------|\n" "------------------------"
+printf "| %-22s | kv | context | decode ms/tok | attn KV ms/tok | share | KV MB/tok | read GB/s | x KV floor | x compute floor | binary\n" model
+printf "|%s|----|---------|---------------|----------------|-------|-----------|-----------|------------|-----------------|--------|\n" "------------------------"
 for m in "${models[@]}"; do
   cat "$m"/*.safetensors >/dev/null # warm the page cache
   for r in $(seq "$ROUNDS"); do
@@ -47,8 +50,9 @@ for m in "${models[@]}"; do
             /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
             /memory read stream/ { split($3, a, " "); bw = a[1] }
             /attention over the KV cache/ { split($3, a, " "); at = a[1]; mb = a[3]; x = $3; sub(/.*: /, "", x); sub(/x its.*/, "", x) }
-            END { printf "| %-22s | %s | %7d | %13.1f | %14.2f | %4.0f%% | %9.1f | %9.1f | %10.2f | %s\n",
-                         m, kv, c, d, at, 100 * at / d, mb, bw, x, b }' | tee -a "$out"
+            /attention.s arithmetic/ { xc = $3; sub(/.*: /, "", xc); sub(/x its.*/, "", xc) }
+            END { printf "| %-22s | %s | %7d | %13.1f | %14.2f | %4.0f%% | %9.1f | %9.1f | %10.2f | %15.2f | %s\n",
+                         m, kv, c, d, at, 100 * at / d, mb, bw, x, xc, b }' | tee -a "$out"
         done
        done
       done
@@ -56,11 +60,13 @@ for m in "${models[@]}"; do
   done
 done
 echo
-echo "| model | kv | context | binary | x KV floor min / median / max |"
-echo "|---|---|---|---|---|"
-awk -F'|' '{ gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $11); print $2 "|" $3 "|" $4 "|" $11, $10 }' "$out" |
+echo "| model | kv | context | binary | x KV floor min / median / max | x compute floor min / median / max |"
+echo "|---|---|---|---|---|---|"
+awk -F'|' '{ gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $12); print $2 "|" $3 "|" $4 "|" $12, $10, $11 }' "$out" |
   sort -t' ' -k1,1 -k2,2n | awk '
-    function flush() { if (n) printf "| %s | %.2f / %.2f / %.2f |\n", key, v[1], v[int((n + 1) / 2)], v[n] }
+    function med(a) { return a[int((n + 1) / 2)] }
+    function sorted(a,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
+    function flush() { if (n) { sorted(v); sorted(w); printf "| %s | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f |\n", key, v[1], med(v), v[n], w[1], med(w), w[n] } }
     $1 != key { flush(); key = $1; n = 0 }
-    { v[++n] = $2 }
+    { n++; v[n] = $2; w[n] = $3 }
     END { flush() }' | sed 's/|\([^ ]\)/| \1/g'

@@ -373,7 +373,7 @@ int main(int argc, char **argv)
         }
     }
     times best;
-    double rd[2] = {0, 0}, cp[2] = {0, 0};
+    double rd[2] = {0, 0}, cp[2] = {0, 0}, pk[2] = {0, 0};
     for (int k = 0; k < N_TABLES; k++)
         for (int i = 0; i < 4; i++) {
             for (int f = 0; f < MS_WFMT_COUNT; f++)
@@ -385,8 +385,10 @@ int main(int argc, char **argv)
         for (int thr = 1; thr <= 2; thr++) {
             double r = ms_read_stream(mats[0].w, (int64_t)bytes, thr);
             double c = ms_copy_stream(copy, mats[0].w, (int64_t)bytes, thr);
+            double g = ms_fma_peak(INT64_C(3) << 20, thr);
             rd[thr - 1] = r > rd[thr - 1] ? r : rd[thr - 1];
             cp[thr - 1] = c > cp[thr - 1] ? c : cp[thr - 1];
+            pk[thr - 1] = g > pk[thr - 1] ? g : pk[thr - 1];
         }
         run_round(tables, mats, X, Y, round, best);
     }
@@ -394,6 +396,8 @@ int main(int argc, char **argv)
            ms_kernels()->name, rd[0], rd[1]);
     printf("memcpy (read + write, for information): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
            cp[0], cp[1]);
+    printf("compute peak (%s FMAs, the GFLOP/s columns' bound): 1 thread %.1f GFLOP/s, "
+           "2 threads %.1f GFLOP/s\n", ms_kernels()->name, pk[0], pk[1]);
     const void *maps[MS_WFMT_COUNT];
     size_t sizes[MS_WFMT_COUNT];
     for (int f = 0; f < MS_WFMT_COUNT; f++) {

@@ -256,10 +256,13 @@ typedef struct ms_stats {
     int64_t n_prefill_tokens, n_decode_tokens;
     double t_prefill, t_decode;          /* seconds of wall time in eval */
     double t_attn, t_experts, t_head, t_other;
-    /* attention over the KV cache (part of t_attn) and the cache bytes it
-     * read: each attended position's keys and values once per row */
+    /* attention over the KV cache (part of t_attn), the cache bytes it
+     * read (each attended position's keys and values once per row) and its
+     * arithmetic (per query head and position, a multiply-add per key and
+     * per value dimension, counted as 2 operations) */
     double t_attn_kv;
     int64_t kv_bytes_read;
+    double attn_flops;
     /* expert store, engine-wide since open. Each request is one of: a hit
      * (in memory, no read issued for it by anyone), a prefetch hit (read,
      * or being read, because a prefetch predicted it) or a miss (read on
@@ -612,6 +615,12 @@ int ms_kernels_precision_available(int precision);
  * taken alternately. Allocates and frees the buffers. */
 int ms_mem_bandwidth(int threads, int64_t bytes, int rounds, double *read_gbs,
                      double *copy_gbs, ms_error *err);
+
+/* The arithmetic peak that compute floors are judged against, in GFLOP/s:
+ * `threads` threads at once, each running independent fused multiply-adds
+ * on the active kernel table's widest vectors (2 operations per lane per
+ * FMA); the best of `rounds` (~20 ms each). */
+int ms_compute_peak(int threads, int rounds, double *gflops, ms_error *err);
 
 /* Bytes of weights the kernels have read since the process started (every
  * product counts its matrix once, whatever the batch): with the token

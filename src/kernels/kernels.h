@@ -144,6 +144,12 @@ typedef struct ms_kernel_ops {
      * ISA loads and returns a checksum: the read stream that bandwidth
      * floors are measured with (ms_read_stream). */
     uint64_t (*stream)(const void *p, int64_t bytes);
+    /* Runs `iters` rounds of independent fused multiply-adds on the ISA's
+     * widest float vectors, as many chains as hide their latency, stores
+     * their sum at *sink and returns the floating-point operations done
+     * (2 per lane per FMA): the compute peak that floors are measured
+     * with (ms_fma_peak). */
+    double (*fma)(int64_t iters, float *sink);
     void (*attn)(const ms_attn_step *a);
     /* dst[0..n) = n KV-cache elements of format fmt at src, widened exactly;
      * FP8: times scale[i / group] (src on a group boundary). */
@@ -238,6 +244,10 @@ void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs);
  * are started (plain pthreads) before the clock, so the time is that of the
  * reads alone. Returns 0 when a thread cannot be started. */
 double ms_read_stream(const void *buf, int64_t bytes, int threads);
+/* GFLOP/s of `threads` threads at once, each running the active table's
+ * fma op for `iters` rounds (started as the read stream's are); 0 when a
+ * thread cannot be started. */
+double ms_fma_peak(int64_t iters, int threads);
 double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads);
 
 /* Exact scalar decode of one weight element (test oracle helper). */

@@ -19,14 +19,18 @@ typedef struct stream_job {
     atomic_int *go;
     const ms_kernel_ops *ops;
     void *dst;       /* NULL: read only */
-    const void *src;
+    const void *src; /* NULL: FMAs, bytes of them the rounds */
     int64_t bytes;
     uint64_t sum;    /* keeps the reads alive */
+    double flops;    /* FMAs: done */
+    float sink;
 } stream_job;
 
 static void run_slice(stream_job *j)
 {
-    if (j->dst)
+    if (!j->src)
+        j->flops = j->ops->fma(j->bytes, &j->sink);
+    else if (j->dst)
         memcpy(j->dst, j->src, (size_t)j->bytes);
     else
         j->sum = j->ops->stream(j->src, j->bytes);
@@ -42,7 +46,9 @@ static void *slice_thread(void *arg)
 }
 
 /* GB/s of all slices at once, counting `factor` bytes per byte streamed
- * (memcpy: read + write), or 0 when a thread cannot be started. */
+ * (memcpy: read + write), or 0 when a thread cannot be started. With src
+ * NULL each thread runs `bytes` rounds of FMAs instead, and the result is
+ * GFLOP/s. */
 static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads, double factor)
 {
     if (threads < 1)
@@ -50,7 +56,7 @@ static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads,
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
     /* slices of whole 256-byte lines, as the stream ops require */
-    int64_t part = bytes / threads / 256 * 256;
+    int64_t part = src ? bytes / threads / 256 * 256 : bytes;
     stream_job jobs[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
     atomic_int go = 0;
@@ -58,7 +64,7 @@ static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads,
         return 0;
     for (int i = 0; i < threads; i++)
         jobs[i] = (stream_job){&go, ms_kernels(), dst ? (char *)dst + i * part : NULL,
-                               (const char *)src + i * part, part, 0};
+                               src ? (const char *)src + i * part : NULL, part, 0, 0, 0};
     int started = 1;
     while (started < threads && pthread_create(&tid[started], NULL, slice_thread,
                                                &jobs[started]) == 0)
@@ -70,10 +76,15 @@ static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads,
         pthread_join(tid[i], NULL);
     double t = ms_now() - t0;
     volatile uint64_t sink = 0;
-    for (int i = 0; i < started; i++)
+    double flops = 0;
+    for (int i = 0; i < started; i++) {
         sink ^= jobs[i].sum;
+        flops += jobs[i].flops;
+    }
     (void)sink;
-    return started < threads || t <= 0 ? 0 : factor * (double)(part * threads) / t / 1e9;
+    if (started < threads || t <= 0)
+        return 0;
+    return src ? factor * (double)(part * threads) / t / 1e9 : flops / t / 1e9;
 }
 
 double ms_read_stream(const void *buf, int64_t bytes, int threads)
@@ -84,6 +95,28 @@ double ms_read_stream(const void *buf, int64_t bytes, int threads)
 double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads)
 {
     return stream_gbs(dst, src, bytes, threads, 2.0);
+}
+
+double ms_fma_peak(int64_t iters, int threads)
+{
+    return iters > 0 ? stream_gbs(NULL, NULL, iters, threads, 1.0) : 0;
+}
+
+int ms_compute_peak(int threads, int rounds, double *gflops, ms_error *err)
+{
+    if (threads < 1 || threads > MAX_THREADS || rounds < 1)
+        return ms_err_set(err, MS_E_ARG, "compute peak: threads 1..%d and one round expected, "
+                          "got %d threads, %d rounds", MAX_THREADS, threads, rounds);
+    double best = 0;
+    for (int i = 0; i < rounds; i++) {
+        /* ~20 ms a round at the AVX-512 rate of a 3 GHz core */
+        double g = ms_fma_peak(INT64_C(3) << 20, threads);
+        if (g <= 0)
+            return ms_err_set(err, MS_E_NOMEM, "compute peak: cannot start %d threads", threads);
+        best = g > best ? g : best;
+    }
+    *gflops = best;
+    return 0;
 }
 
 int ms_mem_bandwidth(int threads, int64_t bytes, int rounds, double *read_gbs,

@@ -119,6 +119,23 @@ static uint64_t stream_ref(const void *p, int64_t bytes)
     return a ^ b ^ c ^ d;
 }
 
+/* The fma op of the scalar table: 12 independent chains of fmaf, which
+ * the compiler may keep scalar (the floor of a CPU this table runs on). */
+static double fma_ref(int64_t iters, float *sink)
+{
+    float a[12];
+    for (int i = 0; i < 12; i++)
+        a[i] = 1.0f + (float)i;
+    for (int64_t k = 0; k < iters; k++)
+        for (int i = 0; i < 12; i++)
+            a[i] = __builtin_fmaf(a[i], 0.999999f, 1e-7f);
+    float s = 0;
+    for (int i = 0; i < 12; i++)
+        s += a[i];
+    *sink = s;
+    return 2.0 * 12 * (double)iters;
+}
+
 /* Element j of row p of the step's keys or values (f32 or bf16; tiled:
  * keys in tiles, kernels.h). */
 static float kv_at(const ms_attn_step *a, const float *base, int64_t ld, int tiled, int p, int j)
@@ -181,6 +198,7 @@ static const ms_kernel_ops scalar_ops = {
     .dot = dot_ref,
     .axpy = axpy_ref,
     .stream = stream_ref,
+    .fma = fma_ref,
     .attn = attn_ref,
     .widen = widen_ref,
 };

@@ -507,6 +507,7 @@ static const ms_kernel_ops avx2_ops = {
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .stream = stream_avx2,
+    .fma = fma_x,
     .attn = attn_x,
     .widen = widen_x,
 };

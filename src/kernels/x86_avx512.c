@@ -584,6 +584,7 @@ static const ms_kernel_ops avx512_ops = {
     .dot = dot_avx512,
     .axpy = axpy_avx512,
     .stream = stream_avx512,
+    .fma = fma_x,
     .attn = attn_x,
     .widen = widen_x,
 };

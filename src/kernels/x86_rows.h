@@ -32,6 +32,31 @@
 #ifndef MS_KERNELS_X86_ROWS_H
 #define MS_KERNELS_X86_ROWS_H
 
+/* The fma op: 12 independent chains, enough for two FMA pipes of 4
+ * cycles' latency (with 8 a Zen 5 core reached the same 196-211 GFLOP/s,
+ * with 4 half of it: docs/perf.md, "Batched products against the core's
+ * FMA peak"). */
+enum { X_FMA_CHAINS = 12 };
+static double fma_x(int64_t iters, float *sink)
+{
+    XV a[X_FMA_CHAINS], m = xv_set1(0.999999f), c = xv_set1(1e-7f);
+#pragma GCC unroll 12
+    for (int i = 0; i < X_FMA_CHAINS; i++)
+        a[i] = xv_set1(1.0f + (float)i);
+    for (int64_t k = 0; k < iters; k++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < X_FMA_CHAINS; i++)
+            a[i] = xv_fma(a[i], m, c);
+        __asm__ volatile("" : "+v"(m)); /* keep the loop: m may have changed */
+    }
+    XV s = xv_zero();
+#pragma GCC unroll 12
+    for (int i = 0; i < X_FMA_CHAINS; i++)
+        s = xv_add(s, a[i]);
+    *sink = xv_hsum(s);
+    return 2.0 * XW * X_FMA_CHAINS * (double)iters;
+}
+
 /* Adds columns [c0, c1) of a row to a0/a1 for nt tokens, prefetching pf
  * bytes ahead. */
 AI void span(ms_wfmt f, int nt, const uint8_t *row, const float *const *x, int64_t c0,

@@ -222,6 +222,14 @@ static int64_t row_bytes(const ms_attend *a, const ms_kv *kv, int64_t pos)
     return (pos - row_lo(a, pos) + 1) * per * a->n_kv_heads;
 }
 
+/* Floating-point operations row t's heads spend on those positions: a
+ * multiply-add per key dimension for the score and per value dimension for
+ * the sum (the softmax's exponentials not counted). */
+static double row_flops(const ms_attend *a, int64_t pos)
+{
+    return 2.0 * (double)(pos - row_lo(a, pos) + 1) * a->n_heads * (a->dk + a->dv);
+}
+
 int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *q, int64_t ldq,
                    float *out, int64_t ldo, ms_err *err)
 {
@@ -230,6 +238,7 @@ int ms_attend_rows(const ms_attend *a, const ms_fwd *f, int layer, const float *
     for (int64_t t = 0; t < n; t++) {
         max_pos = ms_fwd_pos(f, t) > max_pos ? ms_fwd_pos(f, t) : max_pos;
         f->timers->kv_bytes += row_bytes(a, ms_fwd_kv(f, layer, t), ms_fwd_pos(f, t));
+        f->timers->attn_flops += row_flops(a, ms_fwd_pos(f, t));
     }
     int threads = ms_pool_threads(), g = a->n_heads / a->n_kv_heads;
     int64_t n_spans = max_pos / MS_ATTN_SPAN + 1, st = 2 + a->dv;

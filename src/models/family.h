@@ -36,6 +36,7 @@ typedef struct ms_timers {
     double attn, experts, head, other;   /* seconds */
     double attn_kv;                      /* of attn: over the KV cache */
     int64_t kv_bytes;                    /* cache bytes attended (attend.h) */
+    double attn_flops;                   /* their multiply-adds, 2 operations each */
     double stages;                       /* pipeline: waiting for the other stages */
 } ms_timers;
 

@@ -468,6 +468,7 @@ void ms_session_stats(const ms_session *s, ms_stats *out)
     out->t_other = s->timers.other;
     out->t_attn_kv = s->timers.attn_kv;
     out->kv_bytes_read = s->timers.kv_bytes;
+    out->attn_flops = s->timers.attn_flops;
     out->t_stages = s->timers.stages;
 }
 

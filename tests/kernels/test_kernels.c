@@ -553,6 +553,35 @@ static void case_layout(void)
     CHECK(ms_mat_get(&f8, 0, 0) == 224.0f && ms_mat_get(&f8, 0, 32) == 4.0f, "fp8 get");
 }
 
+/* The fma op that compute floors are measured with: the operations it
+ * reports are 2 per lane of the table's vectors per FMA (scalar 1 lane,
+ * AVX2 8, AVX-512 16), its result is kept, and the loop is not optimised
+ * away (a peak above 10 TFLOP/s a thread would say it was). */
+static void case_fma(void)
+{
+    int lanes = strncmp(cur_ops->name, "avx512", 6) == 0 ? 16
+                : strncmp(cur_ops->name, "avx2", 4) == 0 ? 8 : 1;
+    float sink = 0;
+    CHECK(cur_ops->fma != NULL, "%s: no fma op", cur_ops->name);
+    if (!cur_ops->fma)
+        return;
+    double flops = cur_ops->fma(1000, &sink);
+    CHECK(flops == 2.0 * lanes * 12 * 1000, "%s: %.0f operations for 1000 rounds, expected "
+          "%d", cur_ops->name, flops, 2 * lanes * 12 * 1000);
+    CHECK(isfinite(sink) && sink > 0, "%s: sink %g", cur_ops->name, (double)sink);
+}
+
+static void case_compute_peak(void)
+{
+    ms_error err = {0};
+    double g = 0;
+    CHECK(ms_compute_peak(1, 1, &g, &err) == 0 && g > 0 && g < 10000,
+          "one thread's peak %.1f GFLOP/s (%s)", g, err.msg);
+    printf("  compute peak, one thread, %s: %.1f GFLOP/s\n", ms_kernels()->name, g);
+    CHECK(ms_compute_peak(0, 1, &g, &err) != 0 && strstr(err.msg, "threads"),
+          "0 threads accepted");
+}
+
 static void case_dot_axpy(void)
 {
     static const int64_t lens[] = {0, 1, 7, 8, 15, 16, 31, 33, 100, 1000};
@@ -696,9 +725,11 @@ int main(void)
         run_named("mxfp4_extremes", case_mxfp4_extremes);
         run_named("layout", case_layout);
         run_named("dot_axpy", case_dot_axpy);
+        run_named("fma", case_fma);
         run_named("checker_fails", case_checker_fails);
     }
     TEST_CASE(case_dispatch);
+    TEST_CASE(case_compute_peak);
     ms_pool_shutdown();
     return t_finish();
 }
