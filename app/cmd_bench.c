@@ -19,12 +19,10 @@ static void row(const char *what, const char *value)
     printf("| %-40s | %-32s |\n", what, value);
 }
 
-/* Read-stream bandwidth (GB/s) with the engine's threads, folded into
- * *best: two rounds over 256 MiB, taken between the phases it judges (the
- * machine's bandwidth swings from minute to minute). */
-/* The floors' machine figures, sampled between phases (the best of every
- * sample of the run): read stream and memcpy in GB/s, FMA peak in
- * GFLOP/s. */
+/* The floors' machine figures with the engine's threads: read stream and
+ * memcpy in GB/s (two rounds over 256 MiB), FMA peak in GFLOP/s (two
+ * rounds), sampled between the phases they judge and folded into the best
+ * of the run (the machine's bandwidth swings from minute to minute). */
 typedef struct floors {
     double bw, copy, peak;
 } floors;

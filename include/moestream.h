@@ -619,7 +619,7 @@ int ms_mem_bandwidth(int threads, int64_t bytes, int rounds, double *read_gbs,
 /* The arithmetic peak that compute floors are judged against, in GFLOP/s:
  * `threads` threads at once, each running independent fused multiply-adds
  * on the active kernel table's widest vectors (2 operations per lane per
- * FMA); the best of `rounds` (~20 ms each). */
+ * FMA); the best of `rounds` (~6 ms each). */
 int ms_compute_peak(int threads, int rounds, double *gflops, ms_error *err);
 
 /* Bytes of weights the kernels have read since the process started (every

@@ -244,11 +244,11 @@ void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs);
  * are started (plain pthreads) before the clock, so the time is that of the
  * reads alone. Returns 0 when a thread cannot be started. */
 double ms_read_stream(const void *buf, int64_t bytes, int threads);
+double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads);
 /* GFLOP/s of `threads` threads at once, each running the active table's
  * fma op for `iters` rounds (started as the read stream's are); 0 when a
  * thread cannot be started. */
 double ms_fma_peak(int64_t iters, int threads);
-double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads);
 
 /* Exact scalar decode of one weight element (test oracle helper). */
 float ms_mat_get(const ms_mat *w, int64_t r, int64_t c);
