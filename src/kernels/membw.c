@@ -19,17 +19,18 @@ typedef struct stream_job {
     atomic_int *go;
     const ms_kernel_ops *ops;
     void *dst;       /* NULL: read only */
-    const void *src; /* NULL: FMAs, bytes of them the rounds */
+    const void *src;
     int64_t bytes;
+    int64_t rounds;  /* > 0: the fma op this many rounds instead of a slice */
     uint64_t sum;    /* keeps the reads alive */
-    double flops;    /* FMAs: done */
+    double flops;    /* the fma op's operations */
     float sink;
 } stream_job;
 
 static void run_slice(stream_job *j)
 {
-    if (!j->src)
-        j->flops = j->ops->fma(j->bytes, &j->sink);
+    if (j->rounds > 0)
+        j->flops = j->ops->fma(j->rounds, &j->sink);
     else if (j->dst)
         memcpy(j->dst, j->src, (size_t)j->bytes);
     else
@@ -45,26 +46,19 @@ static void *slice_thread(void *arg)
     return NULL;
 }
 
-/* GB/s of all slices at once, counting `factor` bytes per byte streamed
- * (memcpy: read + write), or 0 when a thread cannot be started. With src
- * NULL each thread runs `bytes` rounds of FMAs instead, and the result is
- * GFLOP/s. */
-static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads, double factor)
+static int clamp_threads(int threads)
 {
-    if (threads < 1)
-        threads = 1;
-    if (threads > MAX_THREADS)
-        threads = MAX_THREADS;
-    /* slices of whole 256-byte lines, as the stream ops require */
-    int64_t part = src ? bytes / threads / 256 * 256 : bytes;
-    stream_job jobs[MAX_THREADS];
+    return threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+}
+
+/* Seconds for jobs[0..threads) at once, each on its own thread (the
+ * caller's runs the first), or 0 when a thread cannot be started. */
+static double run_jobs(stream_job *jobs, int threads)
+{
     pthread_t tid[MAX_THREADS];
     atomic_int go = 0;
-    if (part <= 0)
-        return 0;
     for (int i = 0; i < threads; i++)
-        jobs[i] = (stream_job){&go, ms_kernels(), dst ? (char *)dst + i * part : NULL,
-                               src ? (const char *)src + i * part : NULL, part, 0, 0, 0};
+        jobs[i].go = &go;
     int started = 1;
     while (started < threads && pthread_create(&tid[started], NULL, slice_thread,
                                                &jobs[started]) == 0)
@@ -76,15 +70,27 @@ static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads,
         pthread_join(tid[i], NULL);
     double t = ms_now() - t0;
     volatile uint64_t sink = 0;
-    double flops = 0;
-    for (int i = 0; i < started; i++) {
+    for (int i = 0; i < started; i++)
         sink ^= jobs[i].sum;
-        flops += jobs[i].flops;
-    }
     (void)sink;
-    if (started < threads || t <= 0)
+    return started < threads || t <= 0 ? 0 : t;
+}
+
+/* GB/s of all slices at once, counting `factor` bytes per byte streamed
+ * (memcpy: read + write), or 0 when a thread cannot be started. */
+static double stream_gbs(void *dst, const void *src, int64_t bytes, int threads, double factor)
+{
+    threads = clamp_threads(threads);
+    /* slices of whole 256-byte lines, as the stream ops require */
+    int64_t part = bytes / threads / 256 * 256;
+    stream_job jobs[MAX_THREADS];
+    if (part <= 0)
         return 0;
-    return src ? factor * (double)(part * threads) / t / 1e9 : flops / t / 1e9;
+    for (int i = 0; i < threads; i++)
+        jobs[i] = (stream_job){.ops = ms_kernels(), .dst = dst ? (char *)dst + i * part : NULL,
+                               .src = (const char *)src + i * part, .bytes = part};
+    double t = run_jobs(jobs, threads);
+    return t > 0 ? factor * (double)(part * threads) / t / 1e9 : 0;
 }
 
 double ms_read_stream(const void *buf, int64_t bytes, int threads)
@@ -99,7 +105,16 @@ double ms_copy_stream(void *dst, const void *src, int64_t bytes, int threads)
 
 double ms_fma_peak(int64_t iters, int threads)
 {
-    return iters > 0 ? stream_gbs(NULL, NULL, iters, threads, 1.0) : 0;
+    threads = clamp_threads(threads);
+    stream_job jobs[MAX_THREADS];
+    if (iters <= 0)
+        return 0;
+    for (int i = 0; i < threads; i++)
+        jobs[i] = (stream_job){.ops = ms_kernels(), .rounds = iters};
+    double t = run_jobs(jobs, threads), flops = 0;
+    for (int i = 0; i < threads; i++)
+        flops += jobs[i].flops;
+    return t > 0 ? flops / t / 1e9 : 0;
 }
 
 int ms_compute_peak(int threads, int rounds, double *gflops, ms_error *err)
