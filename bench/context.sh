@@ -63,7 +63,7 @@ echo
 echo "| model | kv | context | binary | x KV floor min / median / max | x compute floor min / median / max |"
 echo "|---|---|---|---|---|---|"
 awk -F'|' '{ gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $12); print $2 "|" $3 "|" $4 "|" $12, $10, $11 }' "$out" |
-  sort -t' ' -k1,1 -k2,2n | awk '
+  sort -t' ' -k1,1 | awk '
     function med(a) { return a[int((n + 1) / 2)] }
     function sorted(a,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
     function flush() { if (n) { sorted(v); sorted(w); printf "| %s | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f |\n", key, v[1], med(v), v[n], w[1], med(w), w[n] } }
