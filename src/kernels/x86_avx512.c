@@ -14,10 +14,10 @@
  * float equal value * 2^-8 (subnormals included), widened by vcvtph2ps,
  * NaN codes patched to a half NaN, and the 2^8 folded into the block scale
  * (exact for scales below 2^120; products w * 2^-8 * x below 2^-126 lose
- * bits); in byte-lane order, see there. MXFP4: vpermps of
- * the 16 E2M1 values in lane order, per-lane partial sums scaled by the
- * groups' powers of two (exact; 6 * 2^127 overflows to inf as in
- * ms_mat_get). */
+ * bits); in byte-lane order, see there. MXFP4: the 16 E2M1 values
+ * looked up as bf16 words (vpermw) and widened to floats in lane order,
+ * per-lane partial sums scaled by the groups' powers of two (exact;
+ * 6 * 2^127 overflows to inf as in ms_mat_get). */
 #include <immintrin.h>
 
 #include "kernels/internal.h"
@@ -175,12 +175,12 @@ AI void xv_transpose(__m512 *r) { tr16(r); }
 
 /* ---- MXFP4 in lane order ------------------------------------------------
  * A 64-byte load holds 128 columns (four groups of 32): dword lane i holds
- * columns 8i..8i+7, column 8i+j in bits 4j..4j+3. Shifting the whole
- * vector right by 4j puts column 8i+j in the low nibble of lane i, and
- * vpermps looks it up in the 16 E2M1 values reading only those 4 bits: one
- * shift and one shuffle per 16 weights, no byte shuffles. The price is that
- * x must be in the same order: x is transposed once per call, per 128
- * columns, into xp[j][i] = x[8i + j] (zero past the last column).
+ * columns 8i..8i+7, column 8i+j in bits 4j..4j+3. mx_words looks the
+ * codes up as 32 bf16 words at a time (word l: columns 4l+m), and a shift
+ * or an AND widens each word half of lane i to a float: column 8i+j for
+ * j = 0..7, no byte shuffles. The price is that x must be in the same
+ * order: x is transposed once per call, per 128 columns, into
+ * xp[j][i] = x[8i + j] (zero past the last column).
  *
  * Lane i belongs to group i / 4, so the group scales multiply partial sums:
  * for each block, p = sum_j w_j * xp_j (unscaled codes) in two chains, then
@@ -230,20 +230,33 @@ AI void mx_transpose(const float *x, int k, float *xp)
 
 _Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens");
 
+/* Weight j (0..7) of each dword lane of a block as floats: columns 8i+j
+ * of lane i (the order x is transposed to), widened from the words of
+ * mx_words, column 8i+j in the low word of wv[j] (j < 4) or the high word
+ * of wv[j - 4]. The widening is a shift or an AND, which leave the FMA
+ * pipes alone. */
+AI __m512 mx_lane_floats(const __m512i *wv, int j)
+{
+    return _mm512_castsi512_ps(j < 4 ? _mm512_slli_epi32(wv[j], 16)
+                                     : _mm512_and_si512(wv[j - 4],
+                                                        _mm512_set1_epi32((int)0xFFFF0000)));
+}
+
 /* One block of 128 columns (q: its codes, s: its lanes' scales) for nt
  * tokens, x at x[t] (floats): two chains of products, then scaled into
- * a0, a1 (an mx_block_fn). */
+ * a0, a1 (an mx_block_fn). The E2M1 values come as bf16 words, four
+ * vpermw per block (mx_words), where a vpermps per 16 weights had needed
+ * eight: the shuffles share a pipe with the FMAs. */
 AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
 {
-    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     const float *xo[MAX_NT];
     __m512 p0[MAX_NT], p1[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         xo[t] = (const float *)x[t];
-    __m512 w0 = _mm512_permutexvar_ps(q, tab);
-    __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
+    __m512i wv[4];
+    mx_words(q, wv);
+    __m512 w0 = mx_lane_floats(wv, 0), w1 = mx_lane_floats(wv, 1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++) {
         p0[t] = _mm512_mul_ps(w0, _mm512_load_ps(xo[t]));
@@ -251,8 +264,8 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a
     }
 #pragma GCC unroll 3
     for (int j = 2; j < 8; j += 2) {
-        w0 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4 * j), tab);
-        w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4 * j + 4), tab);
+        w0 = mx_lane_floats(wv, j);
+        w1 = mx_lane_floats(wv, j + 1);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             p0[t] = _mm512_fmadd_ps(w0, _mm512_load_ps(xo[t] + 16 * j), p0[t]);

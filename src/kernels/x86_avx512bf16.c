@@ -177,18 +177,8 @@ _Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens")
  * mx_block_fn). */
 AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
 {
-    /* E2M1 values as bf16, twice (vpermw reads 5 index bits) */
-    const __m512i tab = _mm512_set_epi16(
-        (short)0xC0C0, (short)0xC080, (short)0xC040, (short)0xC000, (short)0xBFC0,
-        (short)0xBF80, (short)0xBF00, (short)0x8000, 0x40C0, 0x4080, 0x4040, 0x4000, 0x3FC0,
-        0x3F80, 0x3F00, 0x0000, (short)0xC0C0, (short)0xC080, (short)0xC040, (short)0xC000,
-        (short)0xBFC0, (short)0xBF80, (short)0xBF00, (short)0x8000, 0x40C0, 0x4080, 0x4040,
-        0x4000, 0x3FC0, 0x3F80, 0x3F00, 0x0000);
     __m512i wv[4];
-    wv[0] = _mm512_permutexvar_epi16(q, tab);
-    wv[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 4), tab);
-    wv[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 8), tab);
-    wv[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(q, 12), tab);
+    mx_words(q, wv);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++) {
         const uint16_t *xo = (const uint16_t *)x[t];
