@@ -190,12 +190,17 @@ static int fp8_two_orders(const ms_kernel_ops *ops, int f)
 }
 
 /* One round: every line once, formats outer, so that a table and the one
- * after it (under --ab, REV's) time the same line back to back. */
+ * after it (under --ab, REV's) time the same line back to back. The pair
+ * goes in the other order in odd rounds: timed always first, a table was
+ * slower than the same code timed second, by 1-25% on the Zen 5 VM (this
+ * tree against itself, `taskset -c 0 bench/kernels_ab.sh HEAD 256`; AVX2
+ * FP8 13.0 against 17.1 GB/s), which had counted against every change. */
 static void run_round(const ms_kernel_ops **tables, const bench_mat *mats, const float *X,
                       float *Y, int round, times best)
 {
     for (int f = 0; f < MS_WFMT_COUNT; f++) {
-        for (int k = 0; k < N_TABLES; k++) {
+        for (int j = 0; j < N_TABLES; j++) {
+            int k = j >= 2 && (round & 1) ? j ^ 1 : j; /* pairs (2, 3), (4, 5), ... */
             if (!tables[k])
                 continue;
             int scalar = tables[k] == ms_kernels_scalar();
