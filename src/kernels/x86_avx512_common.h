@@ -114,7 +114,7 @@ enum { MX_MAX_NT = 4 }; /* tokens a block takes at most: each table's MAX_NT, ch
  * GCC folds the load into each shift that reads the codes, and rows of
  * 2880 columns (1440 bytes) start every other row 32 bytes into a cache
  * line, where each such load reads two lines. In a /tmp harness of one
- * Zen 5 thread, a decode whose eight shifts each reloaded the codes took
+ * Zen 5 thread, a decode whose shifts each reloaded the codes took
  * 11.3 cycles a block on rows so placed against 8.1 on aligned ones; with
  * one load, 8.1 on both. The empty asm keeps the one load. */
 AI __m512i mx_codes(const uint8_t *q)
