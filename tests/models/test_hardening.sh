@@ -91,8 +91,13 @@ if [ -n "$ML" ] && "$ML" 64M -- true >/dev/null 2>&1; then
   out=$("$ML" 64M -- "$BIN" run "$FQ" --prompt-ids "$FQ/tokens.txt" -n 2 --ids --experts cache 2>&1); rc=$?
   [ $rc -eq 0 ] && pass automatic_cache_runs_in_64M || fail automatic_cache_runs_in_64M "rc $rc: $out"
   out=$("$ML" 24M -- "$BIN" run "$FQ" --prompt-ids "$FQ/tokens.txt" -n 2 --ids 2>&1); rc=$?
-  [ $rc -ne 0 ] && [ $rc -lt 128 ] && printf '%s' "$out" | grep -q "MB available (cgroup limit and MemAvailable) cannot hold .* this model needs at least [0-9]* MB available" &&
-    pass too_small_limit_refused_with_the_numbers || fail too_small_limit_refused_with_the_numbers "rc $rc: $out"
+  if [ $rc -eq 137 ] && case "${MS_BUILD:-build}" in *asan*) true ;; *) false ;; esac; then
+    # seen once in a CI run: the sanitizers' own memory passed 24 MB before the plan's refusal
+    echo "SKIP too_small_limit_refused_with_the_numbers: killed at the 24 MB limit (rc 137) by the sanitizers' own memory before the refusal; the plain build runs it"
+  else
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] && printf '%s' "$out" | grep -q "MB available (cgroup limit and MemAvailable) cannot hold .* this model needs at least [0-9]* MB available" &&
+      pass too_small_limit_refused_with_the_numbers || fail too_small_limit_refused_with_the_numbers "rc $rc: $out"
+  fi
   # a session's image in memory (serve's prompt-cache writer) is refused, before
   # it is allocated, when it would take more than half of what the limit leaves
   case "${MS_BUILD:-build}" in
