@@ -281,9 +281,9 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a
 
 /* Columns [c0, c1) of row r for nt tokens whose transposed x (panel
  * relative, MX_BLOCK floats per block) is at xp[t]; returns the panel's
- * sums through out[t]. */
+ * sums through out[t]. ahead: see ln_row_panel. */
 AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
-                     int64_t c1, float *out)
+                     int64_t c1, int64_t ahead, float *out)
 {
     const uint8_t *x[MAX_NT];
     __m512 a0[MAX_NT], a1[MAX_NT];
@@ -292,8 +292,9 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         x[t] = (const uint8_t *)xp[t];
         a0[t] = a1[t] = _mm512_setzero_ps();
     }
-    mx_panel(mx_block, nt, w, r, x, MX_BLOCK * sizeof(float), c0, c1, ms_prefetch_bytes.lanes,
-             a0, a1);
+    mx_panel(mx_block, nt, w, r, x, MX_BLOCK * sizeof(float), c0, c1,
+             ahead < 0 ? ms_prefetch_bytes.lanes : ahead,
+             ahead < 0 ? MX_PF_L1 : ahead ? MX_PF_L2 : MX_PF_NONE, a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
@@ -347,21 +348,27 @@ AI void bf_chunk(int nt, __m512i v, const float *const *xp, int64_t off, __m512 
 }
 
 /* Columns [c0, c1) of BF16 row r for nt tokens with pair-order x (panel
- * relative) at xp[t]; the panel's sums to out[t]. The loop over whole
- * chunks carries neither the tail's test nor, where the distance is 0 (Zen
- * 4's matvec), a prefetch: 8 instructions a chunk instead of 13, worth 2-7%
- * of a one-thread matvec from memory on Zen 4 (docs/perf.md, "Zen 4"). */
+ * relative) at xp[t]; the panel's sums to out[t]; ahead: see ln_row_panel.
+ * The loop over whole chunks carries neither the tail's test nor, where
+ * the distance is 0 (Zen 4's matvec), a prefetch: 8 instructions a chunk
+ * instead of 13, worth 2-7% of a one-thread matvec from memory on Zen 4
+ * (docs/perf.md, "Zen 4"). */
 AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
-                     int64_t c1, float *out)
+                     int64_t c1, int64_t ahead, float *out)
 {
     const uint16_t *row = (const uint16_t *)w->w + w->cols * r;
-    const int64_t pf = nt == 1 ? ms_prefetch_bytes.near : ms_prefetch_bytes.far;
+    const int64_t pf = ahead >= 0 ? 0 : nt == 1 ? ms_prefetch_bytes.near : ms_prefetch_bytes.far;
     const int64_t whole = c0 + (c1 - c0) / 32 * 32;
     __m512 a0[MAX_NT], a1[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         a0[t] = a1[t] = _mm512_setzero_ps();
-    if (pf) {
+    if (ahead > 0) {
+        for (int64_t c = c0; c < whole; c += 32) {
+            _mm_prefetch((const char *)(row + c) + ahead, _MM_HINT_T1);
+            bf_chunk(nt, _mm512_loadu_si512(row + c), xp, c - c0, a0, a1);
+        }
+    } else if (pf) {
         for (int64_t c = c0; c < whole; c += 32) {
             _mm_prefetch((const char *)(row + c) + pf, _MM_HINT_T0);
             bf_chunk(nt, _mm512_loadu_si512(row + c), xp, c - c0, a0, a1);
@@ -431,13 +438,14 @@ AI void f8_transpose(const float *x, int k, float *xp)
 
 /* Columns [c0, c1) of FP8 row r (c0 on a block boundary, blocks a multiple
  * of F8_UNIT columns) for nt tokens with byte-lane x (panel relative) at
- * xp[t]; the panel's sums to out[t]. */
+ * xp[t]; the panel's sums to out[t]; ahead: see ln_row_panel (tested per
+ * unit: FP8's products ran within +-3% of the build before, either way). */
 AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
-                     int64_t c1, float *out)
+                     int64_t c1, int64_t ahead, float *out)
 {
     const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
     const __m512i keep = _mm512_set1_epi32((int)(F8_KEEP << 16));
-    const int64_t bc = w->block_cols, pf = ms_prefetch_bytes.far;
+    const int64_t bc = w->block_cols, pf = ahead < 0 ? ms_prefetch_bytes.far : ahead;
     int64_t si = ms_fp8_scale_row(w, r) + c0 / bc;
     f8_nan seen = f8_nan_none();
     __m512 a0[MAX_NT], a1[MAX_NT];
@@ -451,7 +459,10 @@ AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         for (int t = 0; t < nt; t++)
             p0[t] = p1[t] = p2[t] = p3[t] = _mm512_setzero_ps();
         for (int64_t c = b; c < be; c += F8_UNIT) {
-            _mm_prefetch((const char *)row + c + pf, _MM_HINT_T0);
+            if (ahead < 0)
+                _mm_prefetch((const char *)row + c + pf, _MM_HINT_T0);
+            else if (ahead > 0)
+                _mm_prefetch((const char *)row + c + pf, _MM_HINT_T1);
             __m512i v = be - c >= F8_UNIT
                             ? _mm512_loadu_si512(row + c)
                             : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (be - c)) - 1), row + c);
@@ -504,15 +515,16 @@ AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
         bf_transpose(x, k, out);
 }
 
+#define LN_PANEL_AHEAD 1 /* the row panels take the prefetch distance (x86_lanes.h) */
 AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *xp,
-                     int64_t c0, int64_t c1, float *out)
+                     int64_t c0, int64_t c1, int64_t ahead, float *out)
 {
     if (f == MS_WFMT_MXFP4)
-        mx_row_panel(nt, w, r, xp, c0, c1, out);
+        mx_row_panel(nt, w, r, xp, c0, c1, ahead, out);
     else if (f == MS_WFMT_FP8_BLOCK)
-        f8_row_panel(nt, w, r, xp, c0, c1, out);
+        f8_row_panel(nt, w, r, xp, c0, c1, ahead, out);
     else
-        bf_row_panel(nt, w, r, xp, c0, c1, out);
+        bf_row_panel(nt, w, r, xp, c0, c1, ahead, out);
 }
 
 #include "kernels/x86_lanes.h"

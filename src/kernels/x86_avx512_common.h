@@ -124,21 +124,31 @@ AI __m512i mx_codes(const uint8_t *q)
     return v;
 }
 
+/* How a row panel asks for the bytes ahead of it, per 64 bytes it reads:
+ * a whole row streams, so it asks for its own bytes pf further into L1;
+ * in the panel-major order (x86_lanes.h) a panel is a short run of a row,
+ * so it asks for the same panel of a row one row block on into L2 (pf is
+ * that distance), or for nothing where another token group already did. */
+enum { MX_PF_L1, MX_PF_L2, MX_PF_NONE };
+
 /* n full blocks from codes q and scale bytes sb, the scales tested for the
  * bytes 0 and 255 (odd) or taken as plain exponents. Per block, that test
  * and the ragged block's branch had cost one thread's exact matvec 15-30%
  * of its speed, from memory as from L2 (docs/perf.md, "MXFP4 blocks
- * without per-block tests"). */
+ * without per-block tests"); so each (odd, how) pair has its own copy. */
 AI void mx_full_blocks(mx_block_fn blk, int nt, const uint8_t *q, const uint8_t *sb,
                        const uint8_t *const *xp, int64_t xstep, int64_t n, int odd, int64_t pf,
-                       __m512 *a0, __m512 *a1)
+                       int how, __m512 *a0, __m512 *a1)
 {
     const uint8_t *x[MX_MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         x[t] = xp[t];
     for (int64_t b = 0; b < n; b++, q += 64, sb += 4) {
-        _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+        if (how == MX_PF_L1)
+            _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+        else if (how == MX_PF_L2)
+            _mm_prefetch((const char *)q + pf, _MM_HINT_T1);
         __m512 s = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
         blk(nt, mx_codes(q), s, x, a0, a1);
 #pragma GCC unroll 4
@@ -148,12 +158,14 @@ AI void mx_full_blocks(mx_block_fn blk, int nt, const uint8_t *q, const uint8_t 
 }
 
 /* Columns [c0, c1) of MXFP4 row r (c0 on a block boundary, the panel's
- * groups at most 64), x for the panel at xp[t]: the full blocks in a loop
- * of their own, in one of two copies chosen by one test of the panel's
- * scale bytes, then the ragged block. The same operations, in the same
- * order, as a loop that tests every block. */
+ * groups at most 64), x for the panel at xp[t], asking for bytes ahead as
+ * `how` says (MX_PF_*, pf bytes on): the full blocks in a loop of their
+ * own, in the copy chosen by one test of the panel's scale bytes and by
+ * `how`, then the ragged block. The same operations, in the same order, as
+ * a loop that tests every block. */
 AI void mx_panel(mx_block_fn blk, int nt, const ms_mat *w, int64_t r, const uint8_t *const *xp,
-                 int64_t xstep, int64_t c0, int64_t c1, int64_t pf, __m512 *a0, __m512 *a1)
+                 int64_t xstep, int64_t c0, int64_t c1, int64_t pf, int how, __m512 *a0,
+                 __m512 *a1)
 {
     const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
     const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
@@ -164,10 +176,17 @@ AI void mx_panel(mx_block_fn blk, int nt, const ms_mat *w, int64_t r, const uint
      * 6-16% faster (bench/kernels_ab.sh, four runs); 1 and 2 KiB ahead
      * gained nothing (docs/perf.md, "MXFP4 scales asked for ahead") */
     _mm_prefetch((const char *)sb + 512, _MM_HINT_T0);
-    if (mx_scales_odd(sb, (c1 - c0) / 32))
-        mx_full_blocks(blk, nt, row, sb, xp, xstep, full, 1, pf, a0, a1);
+    int odd = mx_scales_odd(sb, (c1 - c0) / 32);
+    if (how == MX_PF_L2) /* the panel's scales a row block on too (16 code bytes a scale) */
+        _mm_prefetch((const char *)sb + pf / 16, _MM_HINT_T1);
+#define MX_BLOCKS(o, h) mx_full_blocks(blk, nt, row, sb, xp, xstep, full, o, pf, h, a0, a1)
+    if (how == MX_PF_L1)
+        odd ? MX_BLOCKS(1, MX_PF_L1) : MX_BLOCKS(0, MX_PF_L1);
+    else if (how == MX_PF_L2)
+        odd ? MX_BLOCKS(1, MX_PF_L2) : MX_BLOCKS(0, MX_PF_L2);
     else
-        mx_full_blocks(blk, nt, row, sb, xp, xstep, full, 0, pf, a0, a1);
+        odd ? MX_BLOCKS(1, MX_PF_NONE) : MX_BLOCKS(0, MX_PF_NONE);
+#undef MX_BLOCKS
     int k = (int)(c1 - c0 - full * 128);
     if (k) {
         int ng = k / 32;

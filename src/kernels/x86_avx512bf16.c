@@ -244,7 +244,7 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
             x[t] = (const uint8_t *)xb[t];
-        mx_panel(mx_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, PREFETCH, a0, a1);
+        mx_panel(mx_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, PREFETCH, MX_PF_L1, a0, a1);
     } else
         bf_row_panel(nt, w, r, xb, c0, c1, a0, a1);
 #pragma GCC unroll 4

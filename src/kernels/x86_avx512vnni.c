@@ -127,8 +127,8 @@ AI void row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xq,
         x[t] = (const uint8_t *)xq[t];
         a[t] = _mm512_setzero_ps();
     }
-    mx_panel(q8_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, ms_prefetch_bytes.lanes, a,
-             NULL);
+    mx_panel(q8_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, ms_prefetch_bytes.lanes,
+             MX_PF_L1, a, NULL);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(a[t]);

@@ -13,6 +13,10 @@
  *   ln_transpose(f, x, k, out)   one unit of k columns, zero past k
  *   ln_row_panel(f, nt, w, r, xp, c0, c1, out)  the sums of columns
  *                  [c0, c1) of row r for nt tokens (xp relative to c0)
+ *   LN_PANEL_AHEAD (optional) ln_row_panel takes `ahead` before out: -1 in
+ *                  a whole row (its own prefetch into L1), else the bytes
+ *                  to the same panel one row block on, asked for into L2
+ *                  beside each 64 bytes it reads (0: asked for already)
  *
  * Each panel of a row is summed alone and added to the row's result in
  * panel order (Y = s0, then Y += s1, ...): the same operations whether a
@@ -63,6 +67,27 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
         _mm_prefetch(p + ahead + b, _MM_HINT_T1);
 }
 
+/* A panel-major row panel is a short run of its row (2 KiB of BF16 at 1024
+ * columns). Its own stream prefetch (into L1, some KiB further along the
+ * row) asks for another panel of the next rows, which this pass does not
+ * read, and the next row block, asked for into L2 by a loop of its own
+ * before each row panel, did not keep the memory busy while the panel
+ * computed. Where the table can (LN_PANEL_AHEAD), the row panel asks
+ * instead, beside each 64 bytes it reads, for the same bytes one row block
+ * on, into L2: one Zen 5 thread's exact products at 2880 columns from
+ * memory, BF16 2 tokens 38.8 -> 43.7 GFLOP/s, 4 tokens 49-52 -> 55-62,
+ * MXFP4 4 tokens 87-95 -> 94-100, FP8 and 8-32 tokens within +-3%, the
+ * same bits (docs/perf.md, "A panel's prefetch beside its loads"). */
+#ifdef LN_PANEL_AHEAD
+#define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
+    ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out)
+enum { LN_AHEAD_IN_PANEL = 1 };
+#else
+#define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
+    ln_row_panel(f, nt, w, r, xp, c0, c1, out)
+enum { LN_AHEAD_IN_PANEL = 0 };
+#endif
+
 /* ln_<name>_<nt>: rows [r0, r1) over columns [cb, ce) (cb on a panel
  * boundary) for nt tokens with transposed x from column cb at xp[t]. One
  * function per (format, token count), each with its own register
@@ -79,9 +104,9 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
         if (ce - cb <= LN_PANEL) {                                                       \
             for (int64_t r = r0; r < r1; r++) {                                          \
                 float out[LN_NT];                                                        \
-                if (ahead)                                                               \
+                if (ahead && !LN_AHEAD_IN_PANEL)                                         \
                     ln_prefetch_ahead(f, w, r, cb, ce, ahead);                           \
-                ln_row_panel(f, nt, w, r, xp, cb, ce, out);                              \
+                LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, ahead, out);                      \
                 for (int t = 0; t < nt; t++)                                             \
                     Y[t * ldy + r] = cb > 0 ? Y[t * ldy + r] + out[t] : out[t];          \
             }                                                                            \
@@ -96,8 +121,8 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
                 if (ahead)                                                               \
                     ln_prefetch_ahead(f, w, r, c0, c0 + LN_PANEL < ce ? c0 + LN_PANEL : ce, \
                                       ahead);                                            \
-                ln_row_panel(f, nt, w, r, xq, c0, c0 + LN_PANEL < ce ? c0 + LN_PANEL : ce, \
-                             out);                                                       \
+                LN_PANEL_CALL(f, nt, w, r, xq, c0, c0 + LN_PANEL < ce ? c0 + LN_PANEL : ce, \
+                              -1, out);                                                  \
                 for (int t = 0; t < nt; t++)                                             \
                     y[t] = c0 > cb ? y[t] + out[t]                                       \
                            : c0 > 0 ? Y[t * ldy + r] + out[t] : out[t];                  \
