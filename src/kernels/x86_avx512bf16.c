@@ -122,9 +122,9 @@ static void x_fp8(const float *x, int k, uint16_t *xb)
 
 /* Columns [c0, c1) of FP8 row r (c0 on a block boundary, blocks a multiple
  * of 64 columns) for nt tokens with bf16 x (panel relative) at xb[t]; the
- * panel's sums to out[t]. */
+ * panel's sums to out[t]; ahead: see x86_lanes.h (LN_PANEL_AHEAD). */
 AI void fp8_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb,
-                      int64_t c0, int64_t c1, float *out)
+                      int64_t c0, int64_t c1, int64_t ahead, float *out)
 {
     const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
     const __m512i keep = _mm512_set1_epi16((short)F8_KEEP);
@@ -142,7 +142,10 @@ AI void fp8_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const 
         for (int t = 0; t < nt; t++)
             p0[t] = p1[t] = _mm512_setzero_ps();
         for (int64_t c = b; c < be; c += 64) {
-            _mm_prefetch((const char *)row + c + PREFETCH, _MM_HINT_T0);
+            if (ahead < 0)
+                _mm_prefetch((const char *)row + c + PREFETCH, _MM_HINT_T0);
+            else if (ahead > 0)
+                _mm_prefetch((const char *)row + c + ahead, _MM_HINT_T1);
             __m512i v = be - c >= 64
                             ? _mm512_loadu_si512(row + c)
                             : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (be - c)) - 1), row + c);
@@ -194,18 +197,24 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a
 }
 
 /* Columns [c0, c1) of BF16 row r for nt tokens with bf16 x (panel
- * relative) at xb[t], summed into a0[t], a1[t]. */
+ * relative) at xb[t], summed into a0[t], a1[t]; ahead: as fp8_row_panel. */
 AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb, int64_t c0,
-                     int64_t c1, __m512 *a0, __m512 *a1)
+                     int64_t c1, int64_t ahead, __m512 *a0, __m512 *a1)
 {
     const uint8_t *row = (const uint8_t *)w->w + 2 * w->cols * r;
     for (int64_t c = c0; c < c1; c += BLOCK) {
         int k = c1 - c < BLOCK ? (int)(c1 - c) : BLOCK;
         __m512i wv[4];
         const uint8_t *p = row + 2 * c;
+        if (ahead < 0) {
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++)
-            _mm_prefetch((const char *)p + PREFETCH + 64 * i, _MM_HINT_T0);
+            for (int i = 0; i < 4; i++)
+                _mm_prefetch((const char *)p + PREFETCH + 64 * i, _MM_HINT_T0);
+        } else if (ahead > 0) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                _mm_prefetch((const char *)p + ahead + 64 * i, _MM_HINT_T1);
+        }
         if (k == BLOCK) {
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
@@ -231,9 +240,9 @@ AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *
 }
 
 /* Columns [c0, c1) of row r for nt tokens with bf16 x (panel relative) at
- * xb[t]; the panel's sums to out[t]. */
+ * xb[t]; the panel's sums to out[t]; ahead: as fp8_row_panel. */
 AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb,
-                  int64_t c0, int64_t c1, float *out)
+                  int64_t c0, int64_t c1, int64_t ahead, float *out)
 {
     __m512 a0[MAX_NT], a1[MAX_NT];
 #pragma GCC unroll 4
@@ -244,9 +253,11 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
             x[t] = (const uint8_t *)xb[t];
-        mx_panel(mx_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, PREFETCH, MX_PF_L1, a0, a1);
+        mx_panel(mx_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1,
+                 ahead < 0 ? PREFETCH : ahead,
+                 ahead < 0 ? MX_PF_L1 : ahead ? MX_PF_L2 : MX_PF_NONE, a0, a1);
     } else
-        bf_row_panel(nt, w, r, xb, c0, c1, a0, a1);
+        bf_row_panel(nt, w, r, xb, c0, c1, ahead, a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
@@ -271,13 +282,14 @@ AI void ln_transpose(ms_wfmt f, const float *x, int k, uint16_t *out)
         x_bf16(x, k, out);
 }
 
+#define LN_PANEL_AHEAD 1 /* the row panels take the prefetch distance (x86_lanes.h) */
 AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xp,
-                     int64_t c0, int64_t c1, float *out)
+                     int64_t c0, int64_t c1, int64_t ahead, float *out)
 {
     if (f == MS_WFMT_FP8_BLOCK)
-        fp8_row_panel(nt, w, r, xp, c0, c1, out);
+        fp8_row_panel(nt, w, r, xp, c0, c1, ahead, out);
     else
-        row_panel(f, nt, w, r, xp, c0, c1, out);
+        row_panel(f, nt, w, r, xp, c0, c1, ahead, out);
 }
 
 #include "kernels/x86_lanes.h"

@@ -76,8 +76,9 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
  * instead, beside each 64 bytes it reads, for the same bytes one row block
  * on, into L2: one Zen 5 thread's exact products at 2880 columns from
  * memory, BF16 2 tokens 38.8 -> 43.7 GFLOP/s, 4 tokens 49-52 -> 55-62,
- * MXFP4 4 tokens 87-95 -> 94-100, FP8 and 8-32 tokens within +-3%, the
- * same bits (docs/perf.md, "A panel's prefetch beside its loads"). */
+ * MXFP4 4 tokens 87-95 -> 94-100, FP8 and 8-32 tokens within +-3%; the
+ * fast table's BF16 at 4 tokens 53-72 -> 71-100, its FP8 +3-7%; the same
+ * bits (docs/perf.md, "A panel's prefetch beside its loads"). */
 #ifdef LN_PANEL_AHEAD
 #define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
     ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out)
