@@ -74,11 +74,12 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
  * before each row panel, did not keep the memory busy while the panel
  * computed. Where the table can (LN_PANEL_AHEAD), the row panel asks
  * instead, beside each 64 bytes it reads, for the same bytes one row block
- * on, into L2: one Zen 5 thread's exact products at 2880 columns from
- * memory, BF16 2 tokens 38.8 -> 43.7 GFLOP/s, 4 tokens 49-52 -> 55-62,
- * MXFP4 4 tokens 87-95 -> 94-100, FP8 and 8-32 tokens within +-3%; the
- * fast table's BF16 at 4 tokens 53-72 -> 71-100, its FP8 +3-7%; the same
- * bits (docs/perf.md, "A panel's prefetch beside its loads"). */
+ * on, into L2 (FP8 in the exact table keeps the separate request): one Zen
+ * 5 thread's products at 2880 columns from memory, exact BF16 2 tokens
+ * 38.8 -> 43.7 GFLOP/s, 4 tokens 52.5-55.0 -> 62.5-66.3, fast BF16 4
+ * tokens 59.8-71.2 -> 71.6-89.5, MXFP4 -5% to +9%, 8-32 tokens within
+ * +-3%; the same bits (docs/perf.md, "A panel's prefetch beside its
+ * loads"). Rows of one panel are one stream, and stay whole rows. */
 #ifdef LN_PANEL_AHEAD
 #define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
     ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out)
@@ -102,12 +103,22 @@ enum { LN_AHEAD_IN_PANEL = 0 };
          * Y directly, a row at a time; through the local y below, a Zen 5 thread's     \
          * 8-token exact MXFP4 products ran 6% slower (docs/perf.md, "The exact MXFP4   \
          * block on Zen 5's pipes") */                                                   \
+        if (ce - cb <= LN_PANEL && (cb > 0 || ce < w->cols) && LN_AHEAD_IN_PANEL) {      \
+            for (int64_t r = r0; r < r1; r++) {                                          \
+                float out[LN_NT];                                                        \
+                LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, ahead, out);                      \
+                for (int t = 0; t < nt; t++)                                             \
+                    Y[t * ldy + r] = cb > 0 ? Y[t * ldy + r] + out[t] : out[t];          \
+            }                                                                            \
+            return;                                                                      \
+        }                                                                                \
+        /* whole rows, or rows of one panel (one stream, as whole rows are) */          \
         if (ce - cb <= LN_PANEL) {                                                       \
             for (int64_t r = r0; r < r1; r++) {                                          \
                 float out[LN_NT];                                                        \
-                if (ahead && !LN_AHEAD_IN_PANEL)                                         \
+                if (ahead)                                                               \
                     ln_prefetch_ahead(f, w, r, cb, ce, ahead);                           \
-                LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, ahead, out);                      \
+                LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, -1, out);                         \
                 for (int t = 0; t < nt; t++)                                             \
                     Y[t * ldy + r] = cb > 0 ? Y[t * ldy + r] + out[t] : out[t];          \
             }                                                                            \
