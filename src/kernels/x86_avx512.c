@@ -293,8 +293,7 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         a0[t] = a1[t] = _mm512_setzero_ps();
     }
     mx_panel(mx_block, nt, w, r, x, MX_BLOCK * sizeof(float), c0, c1,
-             ahead < 0 ? ms_prefetch_bytes.lanes : ahead,
-             ahead < 0 ? MX_PF_L1 : ahead ? MX_PF_L2 : MX_PF_NONE, a0, a1);
+             ahead < 0 ? ms_prefetch_bytes.lanes : ahead, mx_pf_how(ahead), a0, a1);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
@@ -438,21 +437,13 @@ AI void f8_transpose(const float *x, int k, float *xp)
 
 /* Columns [c0, c1) of FP8 row r (c0 on a block boundary, blocks a multiple
  * of F8_UNIT columns) for nt tokens with byte-lane x (panel relative) at
- * xp[t]; the panel's sums to out[t]. ahead (see ln_row_panel): FP8 asks
- * for the panel one row block on by a loop of its own before the panel,
- * and for its own stream into L1 beside its loads, as all formats did
- * before. Asked beside its loads, its 4-token products at 2880 columns
- * measured -10% to +2% in six runs of kernels_ab, whose FP8 lines lean
- * against this tree (this unchanged form measured -12% there too): not
- * judged, so left as it was. */
+ * xp[t]; the panel's sums to out[t]. */
 AI void f8_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp, int64_t c0,
-                     int64_t c1, int64_t ahead, float *out)
+                     int64_t c1, float *out)
 {
     const uint8_t *row = (const uint8_t *)w->w + w->cols * r;
     const __m512i keep = _mm512_set1_epi32((int)(F8_KEEP << 16));
     const int64_t bc = w->block_cols, pf = ms_prefetch_bytes.far;
-    for (int64_t b = 0; ahead > 0 && b < c1 - c0; b += 64)
-        _mm_prefetch((const char *)row + c0 + ahead + b, _MM_HINT_T1);
     int64_t si = ms_fp8_scale_row(w, r) + c0 / bc;
     f8_nan seen = f8_nan_none();
     __m512 a0[MAX_NT], a1[MAX_NT];
@@ -519,14 +510,23 @@ AI void ln_transpose(ms_wfmt f, const float *x, int k, float *out)
         bf_transpose(x, k, out);
 }
 
-#define LN_PANEL_AHEAD 1 /* the row panels take the prefetch distance (x86_lanes.h) */
+/* The row panels take the prefetch distance (x86_lanes.h), but FP8's:
+ * asked beside its loads, its 4-token products at 2880 columns measured
+ * -10% to +2% in six runs of kernels_ab, whose FP8 lines lean against this
+ * tree (the unchanged form measured -12% there too); not judged, so FP8
+ * keeps the driver's separate request and its own stream prefetch. */
+#define LN_PANEL_AHEAD 1
+AI int ln_ahead_in_panel(ms_wfmt f)
+{
+    return f != MS_WFMT_FP8_BLOCK;
+}
 AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *xp,
                      int64_t c0, int64_t c1, int64_t ahead, float *out)
 {
     if (f == MS_WFMT_MXFP4)
         mx_row_panel(nt, w, r, xp, c0, c1, ahead, out);
     else if (f == MS_WFMT_FP8_BLOCK)
-        f8_row_panel(nt, w, r, xp, c0, c1, ahead, out);
+        f8_row_panel(nt, w, r, xp, c0, c1, out); /* ahead is -1 here */
     else
         bf_row_panel(nt, w, r, xp, c0, c1, ahead, out);
 }

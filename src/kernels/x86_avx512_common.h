@@ -131,6 +131,13 @@ AI __m512i mx_codes(const uint8_t *q)
  * that distance), or for nothing where another token group already did. */
 enum { MX_PF_L1, MX_PF_L2, MX_PF_NONE };
 
+/* The MX_PF_* of a row panel given x86_lanes.h's `ahead` (LN_PANEL_AHEAD):
+ * -1 a whole row, > 0 the next row block's distance, 0 nothing. */
+AI int mx_pf_how(int64_t ahead)
+{
+    return ahead < 0 ? MX_PF_L1 : ahead ? MX_PF_L2 : MX_PF_NONE;
+}
+
 /* n full blocks from codes q and scale bytes sb, the scales tested for the
  * bytes 0 and 255 (odd) or taken as plain exponents. Per block, that test
  * and the ragged block's branch had cost one thread's exact matvec 15-30%

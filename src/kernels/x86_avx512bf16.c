@@ -254,8 +254,7 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
         for (int t = 0; t < nt; t++)
             x[t] = (const uint8_t *)xb[t];
         mx_panel(mx_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1,
-                 ahead < 0 ? PREFETCH : ahead,
-                 ahead < 0 ? MX_PF_L1 : ahead ? MX_PF_L2 : MX_PF_NONE, a0, a1);
+                 ahead < 0 ? PREFETCH : ahead, mx_pf_how(ahead), a0, a1);
     } else
         bf_row_panel(nt, w, r, xb, c0, c1, ahead, a0, a1);
 #pragma GCC unroll 4
@@ -283,6 +282,11 @@ AI void ln_transpose(ms_wfmt f, const float *x, int k, uint16_t *out)
 }
 
 #define LN_PANEL_AHEAD 1 /* the row panels take the prefetch distance (x86_lanes.h) */
+AI int ln_ahead_in_panel(ms_wfmt f)
+{
+    (void)f;
+    return 1;
+}
 AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xp,
                      int64_t c0, int64_t c1, int64_t ahead, float *out)
 {

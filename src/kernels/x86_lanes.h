@@ -16,7 +16,8 @@
  *   LN_PANEL_AHEAD (optional) ln_row_panel takes `ahead` before out: -1 in
  *                  a whole row (its own prefetch into L1), else the bytes
  *                  to the same panel one row block on, asked for into L2
- *                  beside each 64 bytes it reads (0: asked for already)
+ *                  beside each 64 bytes it reads (0: asked for already);
+ *                  ln_ahead_in_panel(f) says for which formats
  *
  * Each panel of a row is summed alone and added to the row's result in
  * panel order (Y = s0, then Y += s1, ...): the same operations whether a
@@ -74,7 +75,7 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
  * before each row panel, did not keep the memory busy while the panel
  * computed. Where the table can (LN_PANEL_AHEAD), the row panel asks
  * instead, beside each 64 bytes it reads, for the same bytes one row block
- * on, into L2 (FP8 in the exact table keeps the separate request): one Zen
+ * on, into L2 (where ln_ahead_in_panel(f) says so): one Zen
  * 5 thread's products at 2880 columns from memory, exact BF16 2 tokens
  * 38.8 -> 43.7 GFLOP/s, 4 tokens 52.5-55.0 -> 62.5-66.3, fast BF16 4
  * tokens 59.8-71.2 -> 71.6-89.5, MXFP4 -5% to +9%, 8-32 tokens within
@@ -83,11 +84,14 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
 #ifdef LN_PANEL_AHEAD
 #define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
     ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out)
-enum { LN_AHEAD_IN_PANEL = 1 };
 #else
 #define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
     ln_row_panel(f, nt, w, r, xp, c0, c1, out)
-enum { LN_AHEAD_IN_PANEL = 0 };
+AI int ln_ahead_in_panel(ms_wfmt f)
+{
+    (void)f;
+    return 0;
+}
 #endif
 
 /* ln_<name>_<nt>: rows [r0, r1) over columns [cb, ce) (cb on a panel
@@ -103,7 +107,7 @@ enum { LN_AHEAD_IN_PANEL = 0 };
          * Y directly, a row at a time; through the local y below, a Zen 5 thread's     \
          * 8-token exact MXFP4 products ran 6% slower (docs/perf.md, "The exact MXFP4   \
          * block on Zen 5's pipes") */                                                   \
-        if (ce - cb <= LN_PANEL && (cb > 0 || ce < w->cols) && LN_AHEAD_IN_PANEL) {      \
+        if (ce - cb <= LN_PANEL && (cb > 0 || ce < w->cols) && ln_ahead_in_panel(f)) {   \
             for (int64_t r = r0; r < r1; r++) {                                          \
                 float out[LN_NT];                                                        \
                 LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, ahead, out);                      \
