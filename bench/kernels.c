@@ -21,7 +21,8 @@
  * best, so it is timed once over a sixteenth of the rows.
  *
  * Usage: build/bench/kernels [MiB of weights per matrix, default 512]
- *        [--prefetch NEAR,FAR,LANES[,ROWS]] (bytes ahead, for sweeps: ms_prefetch)
+ *        [--prefetch NEAR,FAR,LANES[,ROWS[,X_L1]]] (bytes ahead, and of x kept in
+ *        L1 beside whole rows, for sweeps: ms_prefetch)
  *        [--cols N] (row length, default 4096; a multiple of 64)
  *        [--batch N] (tokens of the batched column, default 8: prefill's
  *        token groups; batched serving's steps are 2-4)
@@ -307,11 +308,11 @@ int main(int argc, char **argv)
     int ab = 0;
     for (int i = 1; i < argc; i++) {
         ms_prefetch pf = ms_kernels_prefetch();
-        int got = i + 1 < argc ? sscanf(argv[i + 1], "%d,%d,%d,%d", &pf.near, &pf.far,
-                                        &pf.lanes, &pf.rows)
+        int got = i + 1 < argc ? sscanf(argv[i + 1], "%d,%d,%d,%d,%d", &pf.near, &pf.far,
+                                        &pf.lanes, &pf.rows, &pf.x_l1)
                                : 0;
         if (!strcmp(argv[i], "--prefetch") && got >= 3 && pf.near >= 0 && pf.far >= 0 &&
-            pf.lanes >= 0 && pf.rows >= 0) {
+            pf.lanes >= 0 && pf.rows >= 0 && pf.x_l1 >= 0) {
             ms_kernels_set_prefetch(pf);
             i++;
         } else if (!strcmp(argv[i], "--cols") && i + 1 < argc && atol(argv[i + 1]) >= 128 &&
@@ -417,7 +418,12 @@ int main(int argc, char **argv)
            SMALL_PAGES ? " (--small-pages)" : "", ROUNDS);
     ms_prefetch pf = ms_kernels_prefetch();
     printf("prefetch (exact AVX-512 table): %d bytes ahead (matvec), %d (FP8, batched), %d "
-           "(MXFP4), %d (whole rows, into L2)\n", pf.near, pf.far, pf.lanes, pf.rows);
+           "(MXFP4), %d (whole rows, into L2); x beside whole rows: ",
+           pf.near, pf.far, pf.lanes, pf.rows);
+    if (pf.x_l1)
+        printf("up to %d KiB\n", pf.x_l1 >> 10);
+    else
+        printf("each format's own bound\n");
     printf("FP8 (AVX2, AVX-512): %s order on this CPU; the other order on the line below\n\n",
            fp8_chosen ? "byte-lane" : "column");
     print_table(tables, mats, best, rd);

@@ -60,8 +60,18 @@ static _Atomic(const ms_kernel_ops *) active;
  * docs/perf.md "BF16 without software prefetch on Zen 5"): gpt-oss-20b's
  * lm_head 38 -> 33 ms a token on two threads and 82 -> 60 on one, Qwen3's
  * 12 layers 75-82 -> 67-77 ms/token, DeepSeek-V3 (FP8) unchanged; over
- * 4 KiB pages a matvec reads as fast either way. */
-ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048, 24 << 10};
+ * 4 KiB pages a matvec reads as fast either way.
+ *
+ * Zen 5's L1 holds 48 KiB (Zen 4's 32), so there a token group of the
+ * lane-order loop keeps up to 24 KiB of x beside whole rows in every
+ * format: 2 tokens of 2880 float columns (23 KiB), which went panel-major
+ * before, read exact BF16 at 22.5-26.8 GB/s a core from memory against
+ * 17.7-21.5 and exact FP8 at 13.5-20.0 against 11.1-14.6, and 3 tokens of
+ * the fast table's bf16 x (17 KiB) +18-59% (bench/kernels_ab.sh, three
+ * runs each); with 3 tokens of float x (35 KiB) exact BF16 and MXFP4 lost
+ * 10-13% in two runs of three (docs/perf.md, "Whole rows while x fits a
+ * Zen 5 L1"). Zero keeps each format's own bound (x86_lanes.h). */
+ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048, 24 << 10, 0};
 
 /* FP8 in byte-lane order in the AVX2 and AVX-512 tables on AMD, column
  * order elsewhere. The byte-lane decode leaves e4m3 subnormals as float
@@ -99,6 +109,7 @@ static void choose(void)
     } else if (amd_family() == 0x1A) {
         ms_prefetch_bytes.near = 0;
         ms_prefetch_bytes.rows = 0;
+        ms_prefetch_bytes.x_l1 = 24 << 10;
     }
     /* not the AMX table (x86_amx.c): it doubles prefill but slowed decode
      * of Qwen3's short BF16 expert rows (docs/perf.md, "AMX") */

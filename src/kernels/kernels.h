@@ -197,11 +197,14 @@ const ms_kernel_ops *ms_kernels_for(int precision);
  * work per byte), `far` for FP8 and for every batched product of those
  * (column order, x86_rows.h), `lanes` for MXFP4's lane-order loop, `rows`
  * for the whole rows of the lane-order loop (x86_lanes.h; into L2, 0 for
- * none). The best distances are the CPU's: chosen once per CPU vendor
- * (docs/perf.md, "Prefetch distance per CPU"), settable for sweeps
- * (bench/kernels --prefetch). No result depends on them. */
+ * none). And `x_l1`: the bytes of transposed x a token group of the
+ * lane-order loop may keep in L1 beside whole rows (more goes panel-major;
+ * 0: each format's default, x86_lanes.h). The best values are the CPU's:
+ * chosen once per CPU vendor and family (docs/perf.md, "Prefetch distance
+ * per CPU"), settable for sweeps (bench/kernels --prefetch). No result
+ * depends on them. */
 typedef struct ms_prefetch {
-    int near, far, lanes, rows;
+    int near, far, lanes, rows, x_l1;
 } ms_prefetch;
 ms_prefetch ms_kernels_prefetch(void);
 void ms_kernels_set_prefetch(ms_prefetch p); /* before any product runs */

@@ -34,16 +34,19 @@ typedef void (*ln_rows_fn)(const ms_mat *, int64_t, int64_t, const LN_XT *const 
  * in order) while its x fits beside them in L1; else rows go panel-major,
  * LN_ROW_BLOCK rows per panel, so that x's panel stays in L1: with whole
  * rows of 7168 columns (28 KiB of x) the x loads missed L1 and an FP8
- * matvec ran at 9 GB/s on a Zen 4 core, against 15-16 at 4096. MXFP4's
- * weights pass through L1 at half a byte a column, a quarter of BF16's, so
- * its x may take more: 2 tokens of 2880 columns (23 KiB of float x) then
- * take whole rows, and on Zen 4 their products ran 10-14% faster
- * (bench/kernels --batch 2, exact AVX-512; AVX2 +5%; 4 tokens of bf16 x
- * in the fast table +4%). */
+ * matvec ran at 9 GB/s on a Zen 4 core (32 KiB of L1), against 15-16 at
+ * 4096. MXFP4's weights pass through L1 at half a byte a column, a quarter
+ * of BF16's, so its x may take more: 2 tokens of 2880 columns (23 KiB of
+ * float x) then take whole rows, and on Zen 4 their products ran 10-14%
+ * faster (bench/kernels --batch 2, exact AVX-512; AVX2 +5%; 4 tokens of
+ * bf16 x in the fast table +4%). A CPU with a larger L1 sets its own bound
+ * for every format (ms_prefetch_bytes.x_l1, dispatch.c). */
 enum { LN_X_L1 = 16 << 10, LN_X_L1_MXFP4 = 24 << 10 };
 
 AI int64_t ln_x_l1(ms_wfmt f)
 {
+    if (ms_prefetch_bytes.x_l1)
+        return ms_prefetch_bytes.x_l1;
     return f == MS_WFMT_MXFP4 ? LN_X_L1_MXFP4 : LN_X_L1;
 }
 

@@ -502,6 +502,42 @@ static void case_wide_rows(void)
     check_spec(&s);
 }
 
+/* The bound on x kept beside whole rows (ms_prefetch.x_l1, chosen per
+ * CPU) decides whether a token group of the lane-order loop takes whole
+ * rows or goes panel-major; no result may depend on it. Batches of 1 to
+ * MAX_N tokens under the smallest bound (every group panel-major, the
+ * matvec too) and the largest (whole rows while a group fits the x
+ * buffer) must equal the matvecs under the CPU's own. */
+static void case_x_bound(void)
+{
+    spec s = {cur_fmt, 37, 2880, MS_DTYPE_BF16, 128, 128, 0, 0};
+    if (cur_fmt == MS_WFMT_MXFP4)
+        s.scale_dtype = MS_DTYPE_U8;
+    fixture f = make_fixture(&s);
+    float *X = make_x(MAX_N, s.cols, 1.0);
+    size_t ysz = (size_t)(MAX_N * s.rows) * sizeof(float);
+    float *Y1 = malloc(ysz), *Yp = malloc(ysz);
+    for (int t = 0; t < MAX_N; t++)
+        run_rows(cur_ops, &f.m, X + t * s.cols, 1, 0, s.rows, Y1 + t * s.rows);
+    ms_prefetch saved = ms_kernels_prefetch();
+    static const int bounds[2] = {1, 1 << 30};
+    for (int b = 0; b < 2; b++) {
+        ms_prefetch p = saved;
+        p.x_l1 = bounds[b];
+        ms_kernels_set_prefetch(p);
+        for (int n = 1; n <= MAX_N; n++) {
+            run_rows(cur_ops, &f.m, X, n, 0, s.rows, Yp);
+            CHECK(memcmp(Yp, Y1, (size_t)n * (size_t)s.rows * sizeof(float)) == 0,
+                  "x bound %d bytes: batch of %d differs from the matvecs", bounds[b], n);
+        }
+    }
+    ms_kernels_set_prefetch(saved);
+    free(Y1);
+    free(Yp);
+    free(X);
+    free_fixture(&f);
+}
+
 /* E8M0 extremes: scales 0 (2^-127, subnormal products), 1, 127, 254
  * (2^127: only codes up to 1.5 keep W finite in float, and small x keeps
  * every partial * scale finite). */
@@ -676,7 +712,8 @@ static void run_named(const char *what, void (*fn)(void))
     char name[96];
     snprintf(name, sizeof name, "%s_%s", what, cur_ops->name);
     if (strcmp(what, "format") == 0 || strcmp(what, "threads") == 0 ||
-        strcmp(what, "wide_rows") == 0 || strcmp(what, "format_column_order") == 0)
+        strcmp(what, "wide_rows") == 0 || strcmp(what, "x_bound") == 0 ||
+        strcmp(what, "format_column_order") == 0)
         snprintf(name, sizeof name, "%s_%s_%s", what, cur_ops->name, fmt_name(cur_fmt));
     t_run_case(name, fn);
 }
@@ -707,6 +744,9 @@ int main(void)
             run_named("threads", case_threads);
             if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4)
                 run_named("wide_rows", case_wide_rows);
+            if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4 ||
+                cur_fmt == MS_WFMT_FP8_BLOCK)
+                run_named("x_bound", case_x_bound);
             /* the AVX2 and AVX-512 tables' FP8 in the order this CPU
              * does not choose (column order, which byte-lane order also
              * falls back to per token, or byte-lane order), on every shape */
