@@ -63,14 +63,18 @@ static _Atomic(const ms_kernel_ops *) active;
  * 4 KiB pages a matvec reads as fast either way.
  *
  * Zen 5's L1 holds 48 KiB (Zen 4's 32), so there a token group of the
- * lane-order loop keeps up to 24 KiB of x beside whole rows in every
- * format: 2 tokens of 2880 float columns (23 KiB), which went panel-major
- * before, read exact BF16 at 22.5-26.8 GB/s a core from memory against
- * 17.7-21.5 and exact FP8 at 13.5-20.0 against 11.1-14.6, and 3 tokens of
- * the fast table's bf16 x (17 KiB) +18-59% (bench/kernels_ab.sh, three
- * runs each); with 3 tokens of float x (35 KiB) exact BF16 and MXFP4 lost
- * 10-13% in two runs of three (docs/perf.md, "Whole rows while x fits a
- * Zen 5 L1"). Zero keeps each format's own bound (x86_lanes.h). */
+ * lane-order loop keeps up to 36 KiB of x beside whole rows in every
+ * format. One thread from memory, exact table, the bounds alternated in
+ * one process (docs/perf.md, "Whole rows while x fits a Zen 5 L1"), GB/s
+ * at 36 KiB against the 16 (24 for MXFP4) measured on Zen 4:
+ *   3 tokens x 2880 columns (35 KiB of float x): BF16 22.4-23.0 / 16.8-17.4,
+ *     FP8 15.6-15.9 / 11.6-12.0, MXFP4 9.3-9.5 / 8.4-8.8;
+ *   1 token x 7168 (28 KiB): BF16 24.7-27.7 / 20.6-20.7, FP8 25.4-27.2 /
+ *     17.5-18.5, MXFP4 unchanged;
+ *   2 tokens x 4096 (32 KiB): BF16 +5%, FP8 +25%, MXFP4 +5-9%.
+ * Past the bound whole rows lose: 4 tokens x 2880 (45 KiB) BF16 11.0
+ * against 16.1 panel-major, 3 x 4096 (48 KiB) 13.1 against 15.7. Zero
+ * keeps each format's own bound (x86_lanes.h). */
 ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048, 24 << 10, 0};
 
 /* FP8 in byte-lane order in the AVX2 and AVX-512 tables on AMD, column
@@ -109,7 +113,7 @@ static void choose(void)
     } else if (amd_family() == 0x1A) {
         ms_prefetch_bytes.near = 0;
         ms_prefetch_bytes.rows = 0;
-        ms_prefetch_bytes.x_l1 = 24 << 10;
+        ms_prefetch_bytes.x_l1 = 36 << 10;
     }
     /* not the AMX table (x86_amx.c): it doubles prefill but slowed decode
      * of Qwen3's short BF16 expert rows (docs/perf.md, "AMX") */
