@@ -328,8 +328,8 @@ int main(int argc, char **argv)
         } else if (atol(argv[i]) > 0) {
             mib = (size_t)atol(argv[i]);
         } else {
-            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES[,ROWS]] [--cols N] "
-                            "[--batch 1..64] [--small-pages] [--ab]\n");
+            fprintf(stderr, "usage: kernels [MiB] [--prefetch NEAR,FAR,LANES[,ROWS[,X_L1]]] "
+                            "[--cols N] [--batch 1..64] [--small-pages] [--ab]\n");
             return 2;
         }
     }
