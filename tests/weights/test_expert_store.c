@@ -4,6 +4,7 @@
  * are errors naming shard, tensor and offset, never weights. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -354,6 +355,74 @@ static void test_accounting_pagecache(void)
     unload(&l);
 }
 
+/* Whether every page of shard f is resident. */
+static int shard_resident(const ms_checkpoint *ck, int f)
+{
+    size_t pages = (size_t)(ck->files[f].size + 4095) / 4096;
+    unsigned char *v = calloc(pages ? pages : 1, 1);
+    int all = v && mincore((void *)ck->files[f].map, (size_t)ck->files[f].size, v) == 0;
+    for (size_t i = 0; all && i < pages; i++)
+        all = v[i] & 1;
+    free(v);
+    return all;
+}
+
+/* The page-cache policy advises (MADV_WILLNEED) only experts not in
+ * memory: a prefetch of experts whose pages the kernel dropped is issued,
+ * one of experts whose every page is resident is not. On a copy of the
+ * fixture, written out and dropped from the page cache before it is
+ * mapped. */
+static void test_prefetch_pagecache(void)
+{
+    char dir[1024], cmd[4096];
+    snprintf(dir, sizeof dir, "%.900s/pcpf-%d", t_tmpdir(), (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s' && cp -r '%.1000s' '%.1000s' && chmod -R u+w '%.1000s'",
+             dir, fixture, dir, dir);
+    CHECK(system(cmd) == 0, "copy failed");
+    loaded l;
+    if (t_case_failed || load(dir, &l)) {
+        CHECK(0, "copy not loadable");
+        return;
+    }
+    ms_err err = {0};
+    ms_expert_opts o = {.policy = MS_EXPERTS_PAGECACHE};
+    CHECK(ms_expert_store_start(l.m->experts, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    int dropped = 1;
+    for (int f = 0; f < l.ck->n_files; f++) {
+        int fd = open(l.ck->files[f].path, O_RDONLY);
+        dropped &= fd >= 0 && fsync(fd) == 0 &&
+                   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    ms_expert_store *st = l.m->experts;
+    int32_t a[2] = {0, 1};
+    ms_expert_stats s;
+    if (dropped && !shard_resident(l.ck, l.ck->n_files - 1)) {
+        ms_expert_prefetch(st, 0, a, 2);
+        ms_expert_store_stats(st, &s);
+        CHECK(s.prefetch_issued == 2, "experts dropped from the page cache: %lld prefetches "
+              "issued, expected 2", (long long)s.prefetch_issued);
+    } else {
+        printf("     %s: the kernel kept the copy's pages in memory; the dropped half is not "
+               "checked\n", t_case_name);
+    }
+    ms_expert_store_stats(st, &s);
+    int64_t before = s.prefetch_issued;
+    for (int f = 0; f < l.ck->n_files; f++) /* make it resident */
+        for (uint64_t i = 0; i < l.ck->files[f].size; i += 4096)
+            t_sink += l.ck->files[f].map[i];
+    for (int f = 0; f < l.ck->n_files; f++)
+        CHECK(shard_resident(l.ck, f), "shard %d not resident after a touch of every page", f);
+    ms_expert_prefetch(st, 1, a, 2);
+    ms_expert_store_stats(st, &s);
+    CHECK(s.prefetch_issued == before, "resident experts advised: %lld prefetches issued after "
+          "%lld", (long long)s.prefetch_issued, (long long)before);
+    unload(&l);
+    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 /* ---- the learned placement (usage_file.h) ---- */
 
 typedef struct notices {
@@ -492,6 +561,7 @@ int main(void)
     TEST_CASE(test_prefetch_respects_leases);
     TEST_CASE(test_accounting);
     TEST_CASE(test_accounting_pagecache);
+    TEST_CASE(test_prefetch_pagecache);
     TEST_CASE(test_usage_survives_restart);
     TEST_CASE(test_usage_other_model_refused);
     TEST_CASE(test_usage_malformed_refused);
