@@ -178,6 +178,7 @@ int cmd_bench(int argc, char **argv)
     ms_engine_opts eo = cli_engine_opts(&o);
     ms_engine *eng = NULL;
     ms_session *s = NULL;
+    ms_sampler *greedy = NULL; /* decode picks as `run` does with temperature 0 */
     int32_t *ids = NULL;
     rc = 1;
     if (pipeline_open(&o, &eo, &err) || ms_engine_open(o.model, &eo, &eng, &err))
@@ -185,7 +186,8 @@ int cmd_bench(int argc, char **argv)
     const ms_model_info *info = ms_engine_info(eng);
     ms_session_opts so = {.ctx = o.ctx};
     ids = malloc(sizeof *ids * (size_t)(prompt + n));
-    if (!ids || ms_session_open(eng, &so, &s, &err) ||
+    if (!ids || ms_sampler_open(&(ms_sampling){.temperature = 0, .top_p = 1}, info->vocab_size, &greedy, &err) ||
+        ms_session_open(eng, &so, &s, &err) ||
         ms_session_fill_synthetic(s, o.context, 1, &err))
         goto out;
     cli_synthetic_prompt(ids, prompt, info->vocab_size);
@@ -211,10 +213,7 @@ int cmd_bench(int argc, char **argv)
     if (sample_floor(&o, threads, &fl, &err))
         goto out;
     for (int64_t i = 0; i < n; i++) {
-        const float *l = ms_session_logits(s);
-        int32_t best = 0;
-        for (int32_t v = 1; v < info->vocab_size; v++)
-            best = l[v] > l[best] ? v : best;
+        int32_t best = ms_sampler_next(greedy, ms_session_logits(s));
         if (ms_session_eval(s, &best, 1, NULL, &err))
             goto out;
     }
@@ -304,6 +303,7 @@ out:
         rc = cli_fail(&err);
     ms_session_close(s);
     ms_engine_close(eng);
+    ms_sampler_close(greedy);
     free(ids);
     if (rc == 0 && o.trace) {
         ms_replay_result r;

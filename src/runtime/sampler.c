@@ -86,13 +86,30 @@ void ms_sampler_close(ms_sampler *s)
     free(s);
 }
 
+/* The lowest id of the largest value, as a scan from id 0 that moves on a
+ * strictly larger value finds it (a NaN is never larger; one at id 0 is
+ * kept). Sixteen running maxima (a loop the compiler turns into vmaxps),
+ * then the first id that holds their largest: one scalar chain over a
+ * 201,088-id vocabulary took ~0.5 ms a token, ~0.5% of a decode. */
 static int32_t argmax(const float *v, int32_t n)
 {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
+    enum { LANES = 16 };
+    if (n <= 0 || isnan(v[0]))
+        return 0;
+    float m[LANES], best = v[0];
+    for (int j = 0; j < LANES; j++)
+        m[j] = v[0];
+    int32_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            m[j] = v[i + j] > m[j] ? v[i + j] : m[j];
+    for (int j = 0; j < LANES; j++)
+        best = m[j] > best ? m[j] : best;
+    for (; i < n; i++)
+        best = v[i] > best ? v[i] : best;
+    for (i = 0; i < n - 1 && v[i] != best; i++) /* best is one of the values, not a NaN */
+        ;
+    return i;
 }
 
 /* Descending value, ties by id: a total order (qsort_r's context: the values). */

@@ -95,9 +95,62 @@ static void test_flat_and_seeded(void)
     free(l);
 }
 
+/* The argmax a plain scan gives: the lowest id of the largest value (a
+ * NaN never larger, one at id 0 kept). */
+static int32_t scan_argmax(const float *v, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+/* Greedy picks what the scan picks: ties at any distance (in one lane of a
+ * vector and in different ones), zeros of both signs, NaNs, infinities,
+ * the best in the ragged tail, vocabularies shorter than a vector. */
+static void test_greedy_ties(void)
+{
+    const int32_t sizes[] = {1, 5, 16, 17, 31, 33, 1000, 201088};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int32_t V = sizes[k];
+        float *l = malloc(sizeof *l * (size_t)V);
+        ms_sampler *g = open_s(0.0f, 0, 1.0f, 0.0f, 1, V);
+        for (int c = 0; g && c < 12; c++) {
+            for (int32_t i = 0; i < V; i++)
+                l[i] = -1.0f - (float)((i * 2654435761u + (unsigned)c) % 97) * 0.25f;
+            int32_t a = (V * 5) / 7, b = V - 1 - (V / 3), z = V / 2;
+            switch (c) {
+            case 0: l[a] = 3.0f; l[b] = 3.0f; break;             /* a tie */
+            case 1: l[V - 1] = 3.0f; break;                      /* the last id */
+            case 2: l[0] = 3.0f; l[V - 1] = 3.0f; break;         /* the first of a tie */
+            case 3: for (int32_t i = 0; i < V; i++) l[i] = 0.0f; /* all equal */
+                break;
+            case 4: l[z] = -0.0f; l[a] = 0.0f; l[b] = -0.0f; break; /* zeros */
+            case 5: l[0] = NAN; l[a] = 5.0f; break;              /* a NaN at id 0 */
+            case 6: l[a] = NAN; l[b] = 4.0f; l[z] = NAN; break;  /* NaNs further on */
+            case 7: l[b] = INFINITY; l[a] = INFINITY; break;
+            case 8: for (int32_t i = 0; i < V; i++) l[i] = -INFINITY;
+                l[b] = -1e30f; break;
+            case 9: for (int32_t i = 0; i < V; i++) l[i] = -INFINITY;
+                break;
+            case 10: l[z] = 2.0f; l[z < V - 1 ? z + 1 : z] = 2.0f; break; /* neighbours */
+            case 11: for (int32_t i = 0; i < V; i++) l[i] = (float)(i % 16); /* per lane */
+                break;
+            }
+            int32_t want = scan_argmax(l, V), got = ms_sampler_next(g, l);
+            CHECK(got == want, "vocabulary %d, case %d: greedy %d, the scan %d", V, c, got,
+                  want);
+        }
+        ms_sampler_close(g);
+        free(l);
+    }
+}
+
 int main(void)
 {
     TEST_CASE(test_top_k_top_p_min_p);
     TEST_CASE(test_flat_and_seeded);
+    TEST_CASE(test_greedy_ties);
     return t_finish();
 }
