@@ -250,10 +250,26 @@ int64_t ms_mlp_scratch(int64_t d_ff, int64_t n)
 }
 
 /* H = silu(G) * U, elementwise over n values. */
-static void silu_mul(const float *G, const float *U, int64_t n, float *H)
+/* H = silu(G) * U over rows of cols, shared by the pool. */
+typedef struct silu_job {
+    const float *G, *U;
+    float *H;
+    int64_t cols;
+} silu_job;
+
+static void silu_span(void *ctx, int64_t r, int64_t c0, int64_t c1)
 {
-    for (int64_t i = 0; i < n; i++)
+    const silu_job *j = ctx;
+    const float *G = j->G + r * j->cols, *U = j->U + r * j->cols;
+    float *H = j->H + r * j->cols;
+    for (int64_t i = c0; i < c1; i++)
         H[i] = G[i] / (1.0f + expf(-G[i])) * U[i];
+}
+
+static void silu_mul(const float *G, const float *U, int64_t rows, int64_t cols, float *H)
+{
+    silu_job j = {G, U, H, cols};
+    ms_rows_parallel(rows, cols, silu_span, &j);
 }
 
 void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int64_t d_ff,
@@ -263,7 +279,7 @@ void ms_mlp_apply(const ms_mat *gate, const ms_mat *up, const ms_mat *down, int6
     ms_matmul_job gu[2] = {{.w = gate, .X = X, .n = rows, .Y = G},
                            {.w = up, .X = X, .n = rows, .Y = U}};
     ms_matmul_many(gu, 2);
-    silu_mul(G, U, rows * d_ff, H);
+    silu_mul(G, U, rows, d_ff, H);
     ms_matmul(down, H, rows, Y);
 }
 
@@ -288,18 +304,32 @@ int64_t ms_moe_scratch(const ms_moe *m, int64_t n)
            m->n_experts;
 }
 
-/* The clipped SwiGLU of gpt_oss on gate_up rows (interleaved gate, up). */
-static void oai_glu(const ms_moe *m, const float *H2, int rows, float *H)
+/* The clipped SwiGLU of gpt_oss on gate_up rows (interleaved gate, up),
+ * each row's gate_up bias (bias[r], or none) added first. */
+typedef struct glu_job {
+    const ms_moe *m;
+    const float *H2;
+    const float *const *bias;
+    float *H;
+} glu_job;
+
+static void oai_glu_span(void *ctx, int64_t r, int64_t c0, int64_t c1)
 {
+    const glu_job *j = ctx;
+    const ms_moe *m = j->m;
     int64_t ff = m->d_ff;
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t j = 0; j < ff; j++) {
-            float g = H2[r * 2 * ff + 2 * j], u = H2[r * 2 * ff + 2 * j + 1];
-            g = g > m->limit ? m->limit : g;
-            u = u > m->limit ? m->limit : u < -m->limit ? -m->limit : u;
-            float glu = g / (1.0f + expf(-m->alpha * g));
-            H[r * ff + j] = glu * (u + 1.0f);
+    const float *h2 = j->H2 + r * 2 * ff, *b = j->bias[r];
+    float *h = j->H + r * ff;
+    for (int64_t i = c0; i < c1; i++) {
+        float g = h2[2 * i], u = h2[2 * i + 1];
+        if (b) {
+            g += b[2 * i];
+            u += b[2 * i + 1];
         }
+        g = g > m->limit ? m->limit : g;
+        u = u > m->limit ? m->limit : u < -m->limit ? -m->limit : u;
+        float glu = g / (1.0f + expf(-m->alpha * g));
+        h[i] = glu * (u + 1.0f);
     }
 }
 
@@ -346,16 +376,19 @@ static void experts_ffn(const ms_moe *m, const expert_run *g, int ng, int64_t R,
     if (m->ffn == MS_FFN_SWIGLU) {
         float *G = work, *U = G + R * ff, *H = U + R * ff;
         group_products(g, ng, 0, 1, X, d, G, U, ff);
-        silu_mul(G, U, R * ff, H);
+        silu_mul(G, U, R, ff, H);
         group_products(g, ng, 2, -1, H, ff, Y, NULL, d);
         return;
     }
     float *H2 = work, *H = work + R * 2 * ff;
-    group_products(g, ng, 0, -1, X, d, H2, NULL, 2 * ff);
+    const float *bias[CHUNK_ROWS];
     for (int i = 0; i < ng; i++)
-        ms_add_bias(H2 + g[i].row0 * 2 * ff, m->gate_up_bias + (int64_t)g[i].lease.expert * 2 * ff,
-                    g[i].rows, 2 * ff);
-    oai_glu(m, H2, (int)R, H);
+        for (int k = 0; k < g[i].rows; k++)
+            bias[g[i].row0 + k] = m->gate_up_bias
+                                      ? m->gate_up_bias + (int64_t)g[i].lease.expert * 2 * ff
+                                      : NULL;
+    group_products(g, ng, 0, -1, X, d, H2, NULL, 2 * ff);
+    ms_rows_parallel(R, ff, oai_glu_span, &(glu_job){m, H2, bias, H});
     group_products(g, ng, 1, -1, H, ff, Y, NULL, d);
     for (int i = 0; i < ng; i++)
         ms_add_bias(Y + g[i].row0 * d, m->down_bias + (int64_t)g[i].lease.expert * d,

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/pool.h"
+
 void ms_rmsnorm(const float *x, const float *w, float eps, int64_t n, int64_t d, float *out)
 {
     for (int64_t t = 0; t < n; t++) {
@@ -75,4 +77,34 @@ int ms_all_finite(const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++)
         acc += x[i] * 0.0f;
     return acc == 0;
+}
+
+typedef struct span_job {
+    ms_span_fn *fn;
+    void *ctx;
+    int64_t cols, per_row;
+} span_job;
+
+static void span_task(void *ctx, int64_t t, int worker)
+{
+    (void)worker;
+    const span_job *j = ctx;
+    int64_t r = t / j->per_row, c0 = t % j->per_row * MS_SPAN_COLS;
+    j->fn(j->ctx, r, c0, c0 + MS_SPAN_COLS < j->cols ? c0 + MS_SPAN_COLS : j->cols);
+}
+
+/* The activations between a layer's products (expf per element, ~5 ns)
+ * ran on one thread while the other waited: ~1.5 ms a token of the
+ * synthetic gpt-oss-20b's decode, and 141 M expf in a 512-token prefill. */
+void ms_rows_parallel(int64_t rows, int64_t cols, ms_span_fn *fn, void *ctx)
+{
+    if (rows <= 0 || cols <= 0)
+        return;
+    span_job j = {fn, ctx, cols, (cols + MS_SPAN_COLS - 1) / MS_SPAN_COLS};
+    if (rows * cols < MS_SPAN_INLINE) {
+        for (int64_t t = 0; t < rows * j.per_row; t++)
+            span_task(&j, t, 0);
+        return;
+    }
+    ms_pool_run(rows * j.per_row, span_task, &j);
 }

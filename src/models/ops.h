@@ -25,6 +25,16 @@ void ms_mat_row(const ms_mat *w, int64_t r, float *out);
 void ms_softmax(float *x, int64_t n);
 
 
+/* The elementwise work of row r over columns [c0, c1). */
+typedef void ms_span_fn(void *ctx, int64_t r, int64_t c0, int64_t c1);
+
+/* Runs fn over rows x cols in pieces of at most MS_SPAN_COLS columns on the
+ * thread pool, or all on the calling thread when there is too little work
+ * to share (MS_SPAN_INLINE elements). Each element's arithmetic is the
+ * same whoever computes it, so no result depends on the threads. */
+enum { MS_SPAN_COLS = 1024, MS_SPAN_INLINE = 2048 };
+void ms_rows_parallel(int64_t rows, int64_t cols, ms_span_fn *fn, void *ctx);
+
 /* 1 when all n values are finite (no NaN, no Inf). */
 int ms_all_finite(const float *x, int64_t n);
 
