@@ -236,7 +236,61 @@ static void run_inline(int64_t n_tasks, ms_pool_fn fn, void *ctx)
     tl_worker = saved;
 }
 
+/* The calling thread's pending ms_pool_beside job. */
+static _Thread_local void (*tl_beside)(void *);
+static _Thread_local void *tl_beside_ctx;
+
+void ms_pool_beside_flush(void)
+{
+    void (*fn)(void *) = tl_beside;
+    tl_beside = NULL;
+    if (fn)
+        fn(tl_beside_ctx);
+}
+
+void ms_pool_beside(void (*fn)(void *ctx), void *ctx)
+{
+    ms_pool_beside_flush();
+    tl_beside = fn;
+    tl_beside_ctx = ctx;
+}
+
+/* A run with a job beside it: task 0 is the job, task i + 1 the run's i. */
+typedef struct beside_run {
+    ms_pool_fn fn;
+    void *ctx;
+    void (*job)(void *);
+    void *job_ctx;
+} beside_run;
+
+static void beside_task(void *ctx, int64_t i, int worker)
+{
+    const beside_run *b = ctx;
+    if (i == 0)
+        b->job(b->job_ctx);
+    else
+        b->fn(b->ctx, i - 1, worker);
+}
+
+static void run_dispatch(int64_t n_tasks, ms_pool_fn fn, void *ctx);
+
 void ms_pool_run(int64_t n_tasks, ms_pool_fn fn, void *ctx)
+{
+    if (tl_beside && tl_worker < 0) {
+        beside_run b = {fn, ctx, tl_beside, tl_beside_ctx};
+        tl_beside = NULL;
+        if (n_tasks < 1 || ms_pool_threads() == 1) {
+            b.job(b.job_ctx);
+            run_inline(n_tasks, fn, ctx);
+        } else {
+            run_dispatch(n_tasks + 1, beside_task, &b);
+        }
+        return;
+    }
+    run_dispatch(n_tasks, fn, ctx);
+}
+
+static void run_dispatch(int64_t n_tasks, ms_pool_fn fn, void *ctx)
 {
     if (n_tasks < 2 || tl_worker >= 0 || ms_pool_threads() == 1) {
         run_inline(n_tasks, fn, ctx);

@@ -41,6 +41,18 @@ int ms_pool_threads(void);
  * inside a task. Callers on different threads are served one at a time. */
 void ms_pool_run(int64_t n_tasks, ms_pool_fn fn, void *ctx);
 
+/* Work beside the next dispatch: fn(ctx) becomes one more task of the
+ * calling thread's next ms_pool_run (task 0, so the first thread there
+ * takes it while the others start on the run's own tasks), or runs before
+ * the tasks of a run that goes inline. For work that the next run neither
+ * reads nor writes (a prefetch decided from results already there), which
+ * would otherwise keep the other threads waiting. One job at a time: a
+ * second ms_pool_beside runs the pending one first. ms_pool_beside_flush
+ * runs a pending job now (before what it writes is read, and before ctx
+ * goes out of scope). */
+void ms_pool_beside(void (*fn)(void *ctx), void *ctx);
+void ms_pool_beside_flush(void);
+
 /* Stops and joins the workers (tests; a later ms_pool_run restarts them). */
 void ms_pool_shutdown(void);
 

@@ -56,6 +56,15 @@ typedef struct ms_decoder {
     float *x, *xn, *tmp, *rlogits, *topw, *work;
     float *shared_out;                  /* [max_batch][d] when a layer has shared experts */
     int32_t *topi;
+    /* the next layer's prediction, run beside the next dispatch: its
+     * work area (d + max_experts) and the arguments it was given */
+    float *pf_tmp;
+    struct ms_decoder_pf {
+        struct ms_decoder *dec;
+        int layer;
+        const float *x;
+        int64_t n;
+    } pf;
 } ms_decoder;
 
 /* Allocates the layer table (zeroed) in the model's arena. */

@@ -223,6 +223,88 @@ static void test_set_threads_changes(void)
     check_gather();
 }
 
+/* A job beside a dispatch runs exactly once: as one more task of the
+ * caller's next run (while the run's own tasks run on the other threads),
+ * before a run that goes inline, at a flush, or when a second job is
+ * handed over; a run nested inside a task never takes it, and a run on
+ * another thread never sees it. */
+typedef struct side {
+    _Atomic int runs;
+    _Atomic int64_t own_done; /* the run's own tasks finished when the job started */
+    counts *c;
+    int64_t n;
+} side;
+
+static void side_job(void *ctx)
+{
+    side *sd = ctx;
+    int64_t done = 0;
+    for (int64_t i = 0; sd->c && i < sd->n; i++)
+        done += atomic_load(&sd->c->hits[i]);
+    atomic_store(&sd->own_done, done);
+    atomic_fetch_add(&sd->runs, 1);
+}
+
+static void nested_run_task(void *ctx, int64_t i, int w)
+{
+    (void)i;
+    (void)w;
+    ms_pool_run(3, count_task, ctx); /* inline: must not take a job of the outer caller */
+}
+
+static void *other_caller(void *arg)
+{
+    static counts c2;
+    c2.threads = ms_pool_threads();
+    memset(c2.hits, 0, sizeof c2.hits[0] * 50);
+    ms_pool_run(50, count_task, &c2);
+    (void)arg;
+    return NULL;
+}
+
+static void test_beside(void)
+{
+    static counts c;
+    for (int t = 1; t <= 3; t++) {
+        ms_pool_set_threads(t);
+        c.threads = t;
+        for (int64_t n = 0; n <= 200; n += 40) {
+            side sd = {.c = &c, .n = n};
+            memset(c.hits, 0, sizeof c.hits[0] * (size_t)(n + 1));
+            ms_pool_beside(side_job, &sd);
+            ms_pool_run(n, count_task, &c);
+            int64_t wrong = 0;
+            for (int64_t i = 0; i < n; i++)
+                wrong += atomic_load(&c.hits[i]) != 1;
+            CHECK(atomic_load(&sd.runs) == 1 && wrong == 0, "%d threads, %lld tasks: the job "
+                  "ran %d times, %lld tasks not once", t, (long long)n, atomic_load(&sd.runs),
+                  (long long)wrong);
+            if (t == 1)
+                CHECK(atomic_load(&sd.own_done) == 0, "one thread: the job ran after %lld of "
+                      "the run's tasks, not before them", (long long)atomic_load(&sd.own_done));
+            ms_pool_beside_flush(); /* nothing pending: a no-op */
+            CHECK(atomic_load(&sd.runs) == 1, "flush ran a job already run");
+        }
+        side a = {0}, b = {0};
+        ms_pool_beside(side_job, &a);
+        ms_pool_beside(side_job, &b); /* runs a now */
+        CHECK(atomic_load(&a.runs) == 1 && atomic_load(&b.runs) == 0, "a second job: first "
+              "ran %d times, second %d", atomic_load(&a.runs), atomic_load(&b.runs));
+        pthread_t o;
+        CHECK(pthread_create(&o, NULL, other_caller, NULL) == 0, "another caller");
+        pthread_join(o, NULL);
+        CHECK(atomic_load(&b.runs) == 0, "another thread's run took the job");
+        memset(c.hits, 0, sizeof c.hits[0] * 64);
+        ms_pool_run(20, nested_run_task, &c);
+        CHECK(atomic_load(&b.runs) == 1, "%d threads: a run with nested runs ran the job %d "
+              "times", t, atomic_load(&b.runs));
+        side d = {0};
+        ms_pool_beside(side_job, &d);
+        ms_pool_beside_flush();
+        CHECK(atomic_load(&d.runs) == 1, "flush ran the job %d times", atomic_load(&d.runs));
+    }
+}
+
 int main(void)
 {
     TEST_CASE(test_default_threads); /* first: before any ms_pool_set_threads */
@@ -231,6 +313,7 @@ int main(void)
     TEST_CASE(test_nested_inline);
     TEST_CASE(test_concurrent_callers);
     TEST_CASE(test_set_threads_changes);
+    TEST_CASE(test_beside);
     ms_pool_shutdown();
     return t_finish();
 }
