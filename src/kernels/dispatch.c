@@ -284,7 +284,11 @@ typedef struct plan {
 typedef struct many {
     plan p[MANY_MAX];
     int n;
+    uint64_t id; /* ms_rows_dispatch of its tasks */
 } many;
+
+__thread uint64_t ms_rows_dispatch;
+static _Atomic uint64_t dispatches;
 
 static void plan_job(plan *p, const ms_matmul_job *j, int threads)
 {
@@ -309,10 +313,12 @@ static void many_task(void *ctx, int64_t t, int worker)
     while (t >= p->n_tasks)
         t -= p++->n_tasks;
     int64_t rows = p->w->rows, c1 = (t + 1) * p->per_task;
+    ms_rows_dispatch = m->id;
     for (int64_t c = t * p->per_task; c < c1 && c < p->n_chunks; c++) {
         int64_t r0 = c * p->chunk, r1 = r0 + p->chunk < rows ? r0 + p->chunk : rows;
         run_rows(p->ops, p->w, p->X, p->n, p->Y, r0, r1);
     }
+    ms_rows_dispatch = 0;
 }
 
 /* Weight bytes of every product since the process started (relaxed: a
@@ -332,7 +338,8 @@ void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
         bytes += jobs[j].n > 0 ? ms_mat_bytes(jobs[j].w) : 0;
     atomic_fetch_add_explicit(&weight_bytes, bytes, memory_order_relaxed);
     for (int j0 = 0; j0 < n_jobs; j0 += MANY_MAX) {
-        many m = {.n = n_jobs - j0 < MANY_MAX ? n_jobs - j0 : MANY_MAX};
+        many m = {.n = n_jobs - j0 < MANY_MAX ? n_jobs - j0 : MANY_MAX,
+                  .id = atomic_fetch_add_explicit(&dispatches, 1, memory_order_relaxed) + 1};
         int64_t n_tasks = 0;
         for (int j = 0; j < m.n; j++) {
             plan_job(&m.p[j], &jobs[j0 + j], threads);

@@ -16,6 +16,12 @@
  * read them once per call. */
 extern ms_prefetch ms_prefetch_bytes;
 
+/* The ms_matmul_many dispatch whose task this thread runs (0 outside
+ * one: direct rows calls). A job's X does not change within a dispatch,
+ * so a rows kernel may keep what it derived from X (its transposed
+ * activations) for this thread's next task of the same job. */
+extern __thread uint64_t ms_rows_dispatch;
+
 /* Whether the AVX2 and AVX-512 tables run FP8 in byte-lane order (whose
  * decode leaves e4m3 subnormals as float subnormals) or in column order:
  * chosen per CPU vendor (dispatch.c, ms_kernels_set_fp8_lanes). */

@@ -179,6 +179,29 @@ AI void ln_transpose_rows(ms_wfmt f, const float *X, int nt, int64_t ldx, int64_
                          out + t * stride + (c - c0));
 }
 
+/* What the thread's x buffer holds from whole rows: the transpose of n
+ * tokens of X (row stride ldx, cols columns) for format f, made in
+ * dispatch `dispatch` (0: none, or not to be reused). A decode's product
+ * is cut into ~8 chunks a thread, each a rows call that transposed x
+ * anew, after the chunk before had streamed up to ~0.5 MB past it: on the
+ * synthetic gpt-oss-20b the transposes' loads of x stalled in `rows_mx`
+ * (0.9% of a decode's samples, half of them on one load). */
+typedef struct ln_xkey {
+    uint64_t dispatch;
+    const float *X;
+    int64_t ldx, cols;
+    int n;
+    ms_wfmt f;
+} ln_xkey;
+
+static __thread ln_xkey ln_xheld;
+
+AI int ln_xkey_same(const ln_xkey *a, const ln_xkey *b)
+{
+    return a->dispatch && a->dispatch == b->dispatch && a->X == b->X && a->ldx == b->ldx &&
+           a->cols == b->cols && a->n == b->n && a->f == b->f;
+}
+
 /* The ms_rows_fn body: fns[nt - 1] are the format's LN_ROWS_NT functions.
  * One token, or a few, whose x fits L1 take whole rows (x transposed once,
  * the weights streamed once in order). Else tokens go in passes of as many
@@ -193,7 +216,11 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
     const LN_XT *xp[LN_NT];
     int64_t whole = ms_ceil_div(w->cols, LN_BLOCK) * LN_BLOCK;
     if (n <= LN_NT && n * whole * (int64_t)sizeof(LN_XT) <= ln_x_l1(f)) {
-        ln_transpose_rows(f, X, n, ldx, 0, w->cols, xbuf, whole);
+        ln_xkey key = {ms_rows_dispatch, X, ldx, w->cols, n, f};
+        if (!ln_xkey_same(&key, &ln_xheld)) {
+            ln_transpose_rows(f, X, n, ldx, 0, w->cols, xbuf, whole);
+            ln_xheld = key;
+        }
         for (int t = 0; t < n; t++)
             xp[t] = xbuf + t * whole;
         int64_t row = ms_col_bytes(f, w->cols);
@@ -203,6 +230,7 @@ AI void ln_rows(ms_wfmt f, const ln_rows_fn *fns, LN_XT *xbuf, const ms_mat *w, 
     }
     /* x is transposed a span at a time: the whole row, or a panel when the
      * row is wider than xbuf */
+    ln_xheld.dispatch = 0; /* the passes below overwrite xbuf */
     int64_t panel = whole < LN_PANEL ? whole : LN_PANEL, span = whole > LN_XBUF ? panel : whole;
     int per_pass = (int)(LN_XBUF / span);
     for (int p0 = 0; p0 < n; p0 += per_pass) {

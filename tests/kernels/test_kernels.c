@@ -538,6 +538,53 @@ static void case_x_bound(void)
     free_fixture(&f);
 }
 
+/* A rows kernel keeps x transposed for the next task of the same job in a
+ * dispatch (x86_lanes.h): a new x in the same buffer for the next
+ * dispatch, jobs of one dispatch sharing X with other token counts, and
+ * another X between them must each give what one rows call over them
+ * gives. */
+static void case_x_reuse(void)
+{
+    spec s = {cur_fmt, 2048, 2880, MS_DTYPE_BF16, 128, 128, 0, 0};
+    if (cur_fmt == MS_WFMT_MXFP4)
+        s.scale_dtype = MS_DTYPE_U8;
+    fixture f = make_fixture(&s);
+    float *X = make_x(2, s.cols, 1.0), *X2 = make_x(2, s.cols, 1.0);
+    size_t ysz = (size_t)(2 * s.rows) * sizeof(float);
+    float *Y[4], *R[4];
+    for (int i = 0; i < 4; i++) {
+        Y[i] = malloc(ysz);
+        R[i] = malloc(ysz);
+    }
+    int saved = ms_pool_threads();
+    ms_pool_set_threads(2);
+    ms_matmul_ops(cur_ops, &f.m, X, 1, Y[0]);
+    memcpy(X, X2 + s.cols, (size_t)s.cols * sizeof(float)); /* a new x, the same buffer */
+    ms_matmul_ops(cur_ops, &f.m, X, 1, Y[1]);
+    run_rows(cur_ops, &f.m, X, 1, 0, s.rows, R[1]);
+    CHECK(memcmp(Y[1], R[1], (size_t)s.rows * sizeof(float)) == 0,
+          "a new x in the same buffer: the next product differs from a rows call over it");
+    ms_matmul_job jobs[4] = {{.ops = cur_ops, .w = &f.m, .X = X, .n = 1, .Y = Y[0]},
+                             {.ops = cur_ops, .w = &f.m, .X = X, .n = 2, .Y = Y[1]},
+                             {.ops = cur_ops, .w = &f.m, .X = X2, .n = 1, .Y = Y[2]},
+                             {.ops = cur_ops, .w = &f.m, .X = X, .n = 1, .Y = Y[3]}};
+    ms_matmul_many(jobs, 4);
+    for (int i = 0; i < 4; i++) {
+        run_rows(cur_ops, &f.m, jobs[i].X, jobs[i].n, 0, s.rows, R[i]);
+        CHECK(memcmp(Y[i], R[i], (size_t)(jobs[i].n * s.rows) * sizeof(float)) == 0,
+              "job %d of a dispatch sharing X (n = %d): differs from a rows call", i,
+              jobs[i].n);
+    }
+    ms_pool_set_threads(saved);
+    for (int i = 0; i < 4; i++) {
+        free(Y[i]);
+        free(R[i]);
+    }
+    free(X);
+    free(X2);
+    free_fixture(&f);
+}
+
 /* E8M0 extremes: scales 0 (2^-127, subnormal products), 1, 127, 254
  * (2^127: only codes up to 1.5 keep W finite in float, and small x keeps
  * every partial * scale finite). */
@@ -713,6 +760,7 @@ static void run_named(const char *what, void (*fn)(void))
     snprintf(name, sizeof name, "%s_%s", what, cur_ops->name);
     if (strcmp(what, "format") == 0 || strcmp(what, "threads") == 0 ||
         strcmp(what, "wide_rows") == 0 || strcmp(what, "x_bound") == 0 ||
+        strcmp(what, "x_reuse") == 0 ||
         strcmp(what, "format_column_order") == 0)
         snprintf(name, sizeof name, "%s_%s_%s", what, cur_ops->name, fmt_name(cur_fmt));
     t_run_case(name, fn);
@@ -747,6 +795,9 @@ int main(void)
             if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4 ||
                 cur_fmt == MS_WFMT_FP8_BLOCK)
                 run_named("x_bound", case_x_bound);
+            if (cur_fmt == MS_WFMT_BF16 || cur_fmt == MS_WFMT_MXFP4 ||
+                cur_fmt == MS_WFMT_FP8_BLOCK)
+                run_named("x_reuse", case_x_reuse);
             /* the AVX2 and AVX-512 tables' FP8 in the order this CPU
              * does not choose (column order, which byte-lane order also
              * falls back to per token, or byte-lane order), on every shape */
