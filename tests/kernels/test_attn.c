@@ -382,8 +382,9 @@ static void case_tiled_bf16(void)
 }
 
 /* The cache's layout: f32 and bf16 key planes in tiles at the index
- * kvcache.h states, value planes in rows; what is written reads back from
- * its index in every case, across the ring. fp8 keys stay rows. */
+ * kvcache.h states, value planes in rows; what is written (whole rows, or
+ * pieces starting inside a plane) reads back from its index in every
+ * case, across the ring. fp8 keys stay rows. */
 static void case_kv_tiles(void)
 {
     enum { CAP = 64, PLANE = 8, PLANES = 4, KPL = 2, T = MS_KV_TILE };
@@ -400,7 +401,13 @@ static void case_kv_tiles(void)
         for (int64_t pos = 40; pos < 40 + CAP; pos++) { /* wraps past CAP */
             for (int k = 0; k < PLANES * PLANE; k++)
                 row[k] = (float)(pos * 100 + k); /* exact in bf16 only below 256 */
-            ms_kv_write(&kv, pos, 0, row, PLANES * PLANE);
+            if (pos % 3 == 0) { /* in pieces that start inside a plane, at odd elements */
+                ms_kv_write(&kv, pos, 0, row, 3);
+                ms_kv_write(&kv, pos, 3, row + 3, PLANE + 2);
+                ms_kv_write(&kv, pos, PLANE + 5, row + PLANE + 5, PLANES * PLANE - PLANE - 5);
+            } else {
+                ms_kv_write(&kv, pos, 0, row, PLANES * PLANE);
+            }
             int64_t sl = pos % CAP;
             for (int k = 0; k < PLANES * PLANE; k++) {
                 int64_t p = k / PLANE, el = k % PLANE, want;
