@@ -225,13 +225,16 @@ void ms_matmul(const ms_mat *w, const float *X, int n, float *Y);
 void ms_matmul_ops(const ms_kernel_ops *ops, const ms_mat *w, const float *X, int n,
                    float *Y);
 
-/* One product of ms_matmul_many: Y[n][w->rows] = X[n][w->cols] w^T. */
+/* One product of ms_matmul_many: Y[n][w->rows] = X[n][w->cols] w^T, then,
+ * with a bias, Y[t][r] += bias[r] (the same addition as a pass of its own
+ * after the product, done by the thread that made the row chunk). */
 typedef struct ms_matmul_job {
     const ms_kernel_ops *ops; /* NULL: the active table */
     const ms_mat *w;
     const float *X;
     int n;
     float *Y;
+    const float *bias;        /* NULL, or [w->rows] */
 } ms_matmul_job;
 
 /* Independent products in one dispatch: the row chunks of all of them are

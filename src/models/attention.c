@@ -59,15 +59,10 @@ int ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, int layer, const float *x, 
     float *q = scratch, *kk = q + n * qd, *v = kk + n * kd, *att = v + n * kd;
     float *cs = att + n * qd;
 
-    ms_matmul_job qkv[3] = {{.w = &a->wq, .X = x, .n = (int)n, .Y = q},
-                            {.w = &a->wk, .X = x, .n = (int)n, .Y = kk},
-                            {.w = &a->wv, .X = x, .n = (int)n, .Y = v}};
+    ms_matmul_job qkv[3] = {{.w = &a->wq, .X = x, .n = (int)n, .Y = q, .bias = a->bq},
+                            {.w = &a->wk, .X = x, .n = (int)n, .Y = kk, .bias = a->bk},
+                            {.w = &a->wv, .X = x, .n = (int)n, .Y = v, .bias = a->bv}};
     ms_matmul_many(qkv, 3);
-    if (a->bq) {
-        ms_add_bias(q, a->bq, n, qd);
-        ms_add_bias(kk, a->bk, n, kd);
-        ms_add_bias(v, a->bv, n, kd);
-    }
     /* every row's key and value are stored before any row attends (the
      * ring of a sliding layer holds a whole block beyond its window) */
     for (int64_t t = 0; t < n; t++) {
@@ -89,8 +84,7 @@ int ms_gqa_forward(const ms_gqa *a, const ms_fwd *f, int layer, const float *x, 
                     .scale = a->scale, .sinks = a->sinks, .window = a->window};
     if (ms_attend_rows(&at, f, layer, q, hd, att, hd, err))
         return -1;
-    ms_matmul(&a->wo, att, (int)n, out);
-    if (a->bo)
-        ms_add_bias(out, a->bo, n, a->d_model);
+    ms_matmul_many(&(ms_matmul_job){.w = &a->wo, .X = att, .n = (int)n, .Y = out, .bias = a->bo},
+                   1);
     return 0;
 }

@@ -346,9 +346,11 @@ typedef struct expert_run {
 
 /* One phase of a group in one dispatch: product `mat` of every expert on
  * its rows of In [R][in_cols] into Out [R][out_cols] (and, when mat2 >= 0,
- * product mat2 into Out2 in the same dispatch). */
+ * product mat2 into Out2 in the same dispatch), plus each expert's row of
+ * bias [n_experts][out_cols] when given (not with mat2). */
 static void group_products(const expert_run *g, int ng, int mat, int mat2, const float *in,
-                           int64_t in_cols, float *out, float *out2, int64_t out_cols)
+                           int64_t in_cols, float *out, float *out2, int64_t out_cols,
+                           const float *bias)
 {
     ms_matmul_job jobs[2 * GROUP_MAX];
     int nj = 0;
@@ -356,7 +358,9 @@ static void group_products(const expert_run *g, int ng, int mat, int mat2, const
         const float *X = in + g[i].row0 * in_cols;
         int64_t o = g[i].row0 * out_cols;
         jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[mat], .X = X, .n = g[i].rows,
-                                     .Y = out + o};
+                                     .Y = out + o,
+                                     .bias = bias ? bias + (int64_t)g[i].lease.expert * out_cols
+                                                  : NULL};
         if (mat2 >= 0)
             jobs[nj++] = (ms_matmul_job){.w = &g[i].lease.mat[mat2], .X = X, .n = g[i].rows,
                                          .Y = out2 + o};
@@ -375,9 +379,9 @@ static void experts_ffn(const ms_moe *m, const expert_run *g, int ng, int64_t R,
     int64_t ff = m->d_ff, d = m->d_model;
     if (m->ffn == MS_FFN_SWIGLU) {
         float *G = work, *U = G + R * ff, *H = U + R * ff;
-        group_products(g, ng, 0, 1, X, d, G, U, ff);
+        group_products(g, ng, 0, 1, X, d, G, U, ff, NULL);
         silu_mul(G, U, R, ff, H);
-        group_products(g, ng, 2, -1, H, ff, Y, NULL, d);
+        group_products(g, ng, 2, -1, H, ff, Y, NULL, d, NULL);
         return;
     }
     float *H2 = work, *H = work + R * 2 * ff;
@@ -387,12 +391,9 @@ static void experts_ffn(const ms_moe *m, const expert_run *g, int ng, int64_t R,
             bias[g[i].row0 + k] = m->gate_up_bias
                                       ? m->gate_up_bias + (int64_t)g[i].lease.expert * 2 * ff
                                       : NULL;
-    group_products(g, ng, 0, -1, X, d, H2, NULL, 2 * ff);
+    group_products(g, ng, 0, -1, X, d, H2, NULL, 2 * ff, NULL);
     ms_rows_parallel(R, ff, oai_glu_span, &(glu_job){m, H2, bias, H});
-    group_products(g, ng, 1, -1, H, ff, Y, NULL, d);
-    for (int i = 0; i < ng; i++)
-        ms_add_bias(Y + g[i].row0 * d, m->down_bias + (int64_t)g[i].lease.expert * d,
-                    g[i].rows, d);
+    group_products(g, ng, 1, -1, H, ff, Y, NULL, d, m->down_bias);
 }
 
 /* Gathers rows [skip, skip + run->rows) of those routed to run->lease.expert

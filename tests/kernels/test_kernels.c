@@ -754,6 +754,46 @@ static void case_dispatch(void)
     CHECK(ms_mat_bytes(&m) == 129 * 64 * 2, "bf16 bytes");
 }
 
+/* A job's bias is added after its product, row chunk by row chunk: the
+ * same bits as the product followed by a pass of Y[t][r] += bias[r], on
+ * one thread and two, one token and three, in a dispatch beside a job
+ * without one. */
+static void case_bias(void)
+{
+    spec s = {MS_WFMT_BF16, 2048, 256, MS_DTYPE_BF16, 0, 0, 0, 0};
+    fixture f = make_fixture(&s);
+    float *X = make_x(3, s.cols, 1.0), *b = malloc((size_t)s.rows * sizeof(float));
+    size_t ysz = (size_t)(3 * s.rows) * sizeof(float);
+    float *Y = malloc(ysz), *Z = malloc(ysz), *R = malloc(ysz);
+    run_rows(ms_kernels(), &f.m, X, 1, 0, s.rows, R);
+    for (int64_t r = 0; r < s.rows; r++) /* the products' own size, or it rounds away */
+        b[r] = 0.3f * R[r] + (float)(r % 3);
+    int saved = ms_pool_threads();
+    for (int threads = 1; threads <= 2; threads++)
+        for (int n = 1; n <= 3; n += 2) {
+            ms_pool_set_threads(threads);
+            ms_matmul_job jobs[2] = {{.w = &f.m, .X = X, .n = n, .Y = Y, .bias = b},
+                                     {.w = &f.m, .X = X, .n = n, .Y = Z}};
+            ms_matmul_many(jobs, 2);
+            run_rows(ms_kernels(), &f.m, X, n, 0, s.rows, R);
+            CHECK(memcmp(Z, R, (size_t)(n * s.rows) * sizeof(float)) == 0,
+                  "%d threads, %d tokens: the job without a bias differs", threads, n);
+            for (int t = 0; t < n; t++)
+                for (int64_t r = 0; r < s.rows; r++)
+                    R[t * s.rows + r] += b[r];
+            CHECK(memcmp(Y, R, (size_t)(n * s.rows) * sizeof(float)) == 0,
+                  "%d threads, %d tokens: product + bias differs from the product, then the "
+                  "bias", threads, n);
+        }
+    ms_pool_set_threads(saved);
+    free(Y);
+    free(Z);
+    free(R);
+    free(b);
+    free(X);
+    free_fixture(&f);
+}
+
 static void run_named(const char *what, void (*fn)(void))
 {
     char name[96];
@@ -820,6 +860,7 @@ int main(void)
         run_named("checker_fails", case_checker_fails);
     }
     TEST_CASE(case_dispatch);
+    TEST_CASE(case_bias);
     TEST_CASE(case_compute_peak);
     ms_pool_shutdown();
     return t_finish();
