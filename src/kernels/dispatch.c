@@ -7,6 +7,7 @@
  * rows call (see the determinism contract in kernels.h). Small products stay
  * in one task: splitting them costs more than they do. */
 #include <cpuid.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -256,13 +257,20 @@ static void run_rows(const ms_kernel_ops *ops, const ms_mat *w, const float *X, 
 
 /* Rows per unit of work. With more tokens than one tile, a chunk's weights
  * are read once per tile, so they must stay in L2 between tiles; otherwise
- * ~8 chunks per thread balance the load, each big enough to amortise. */
-static int64_t chunk_rows(const ms_mat *w, int n, int threads)
+ * a dispatch is cut into ~8 chunks per thread in all, which balance the
+ * load, each product taking its share of them by bytes (share), each
+ * chunk big enough to amortise. Each chunk starts a stream of its own:
+ * at ~8 chunks a thread for every product, Qwen3's 16 expert matrices of
+ * 3 MB a dispatch went in 256 chunks, and its experts decoded 10-15%
+ * slower than with the dispatch's 16 (docs/perf.md, "The serial work
+ * between a decode's products"). */
+static int64_t chunk_rows(const ms_mat *w, int n, int threads, double share)
 {
     int64_t rb = row_bytes(w) > 0 ? row_bytes(w) : 1;
     if (n > token_tile(w))
         return ms_ceil_div(CHUNK_L2_BYTES, rb);
-    int64_t chunk = ms_ceil_div(w->rows, 8 * (int64_t)threads);
+    int64_t want = (int64_t)ceil(8.0 * threads * share);
+    int64_t chunk = ms_ceil_div(w->rows, want > 1 ? want : 1);
     int64_t min_rows = ms_ceil_div(CHUNK_MIN_BYTES, rb);
     return chunk < min_rows ? min_rows : chunk;
 }
@@ -291,7 +299,8 @@ typedef struct many {
 __thread uint64_t ms_rows_dispatch;
 static _Atomic uint64_t dispatches;
 
-static void plan_job(plan *p, const ms_matmul_job *j, int threads)
+/* share: the job's part of its dispatch's weight bytes (chunk_rows). */
+static void plan_job(plan *p, const ms_matmul_job *j, int threads, double share)
 {
     const ms_mat *w = j->w;
     *p = (plan){.ops = j->ops ? j->ops : ms_kernels(), .w = w, .X = j->X, .Y = j->Y,
@@ -300,7 +309,7 @@ static void plan_job(plan *p, const ms_matmul_job *j, int threads)
         return;
     if (w->rows * w->cols * j->n < PAR_MIN_MACS)
         threads = 1;
-    p->chunk = chunk_rows(w, j->n, threads);
+    p->chunk = chunk_rows(w, j->n, threads, share);
     p->n_chunks = ms_ceil_div(w->rows, p->chunk);
     p->per_task = threads <= 1 ? p->n_chunks : 1;
     p->n_tasks = ms_ceil_div(p->n_chunks, p->per_task);
@@ -348,9 +357,12 @@ void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
     for (int j0 = 0; j0 < n_jobs; j0 += MANY_MAX) {
         many m = {.n = n_jobs - j0 < MANY_MAX ? n_jobs - j0 : MANY_MAX,
                   .id = atomic_fetch_add_explicit(&dispatches, 1, memory_order_relaxed) + 1};
-        int64_t n_tasks = 0;
+        int64_t n_tasks = 0, total = 0;
+        for (int j = 0; j < m.n; j++)
+            total += jobs[j0 + j].n > 0 ? ms_mat_bytes(jobs[j0 + j].w) : 0;
         for (int j = 0; j < m.n; j++) {
-            plan_job(&m.p[j], &jobs[j0 + j], threads);
+            plan_job(&m.p[j], &jobs[j0 + j], threads,
+                     total > 0 ? (double)ms_mat_bytes(jobs[j0 + j].w) / (double)total : 1.0);
             n_tasks += m.p[j].n_tasks;
         }
         ms_pool_run(n_tasks, many_task, &m);

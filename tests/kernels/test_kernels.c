@@ -756,7 +756,7 @@ static void case_dispatch(void)
 
 /* A job's bias is added after its product, row chunk by row chunk: the
  * same bits as the product followed by a pass of Y[t][r] += bias[r], on
- * one thread and two, one token and three, in a dispatch beside a job
+ * one thread and two, one token and three, in a dispatch after a job
  * without one. */
 static void case_bias(void)
 {
@@ -772,8 +772,8 @@ static void case_bias(void)
     for (int threads = 1; threads <= 2; threads++)
         for (int n = 1; n <= 3; n += 2) {
             ms_pool_set_threads(threads);
-            ms_matmul_job jobs[2] = {{.w = &f.m, .X = X, .n = n, .Y = Y, .bias = b},
-                                     {.w = &f.m, .X = X, .n = n, .Y = Z}};
+            ms_matmul_job jobs[2] = {{.w = &f.m, .X = X, .n = n, .Y = Z},
+                                     {.w = &f.m, .X = X, .n = n, .Y = Y, .bias = b}};
             ms_matmul_many(jobs, 2);
             run_rows(ms_kernels(), &f.m, X, n, 0, s.rows, R);
             CHECK(memcmp(Z, R, (size_t)(n * s.rows) * sizeof(float)) == 0,
