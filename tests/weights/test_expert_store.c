@@ -153,23 +153,49 @@ static void check_fault(int64_t res, int at_half, const char *want)
 static void test_fault_eio(void) { check_fault(-EIO, 0, "Input/output error"); }
 static void test_fault_short(void) { check_fault(0, 1, "truncated shard"); }
 
+/* A writable copy of the fixture in the suite's work folder, named by
+ * tag and this process; 0, or -1 with the case failed. */
+static int copy_fixture(const char *tag, char *dir, size_t cap)
+{
+    char cmd[4096];
+    snprintf(dir, cap, "%.900s/%s-%d", t_tmpdir(), tag, (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%.1000s' && cp -r '%.1000s' '%.1000s' && chmod -R u+w '%.1000s'", dir,
+             fixture, dir, dir);
+    CHECK(system(cmd) == 0, "copy of the fixture into %s failed", dir);
+    return t_case_failed ? -1 : 0;
+}
+
+/* A copy of the fixture (copy_fixture), loaded and its store started with
+ * o; 0, or -1 with the case failed. */
+static int load_copy_started(const char *tag, char *dir, size_t cap, loaded *l,
+                             const ms_expert_opts *o)
+{
+    ms_err err = {0};
+    if (copy_fixture(tag, dir, cap) || load(dir, l)) {
+        CHECK(0, "copy not loadable");
+        return -1;
+    }
+    CHECK(ms_expert_store_start(l->m->experts, l->ck, o, &err) == 0, "start: %s", err.msg);
+    return t_case_failed ? -1 : 0;
+}
+
+static void remove_copy(const char *dir)
+{
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s'", dir);
+    CHECK(system(cmd) == 0, "cleanup of %s", dir);
+}
+
 /* A shard truncated while the engine runs. */
 static void test_truncated_shard(void)
 {
-    char dir[1024], cmd[4096];
-    snprintf(dir, sizeof dir, "%.900s/trunc-%d", getenv("MS_TMP") ? getenv("MS_TMP") : "/tmp",
-             (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s' && cp -r '%.1000s' '%.1000s' && chmod -R u+w '%.1000s'", dir,
-             fixture, dir, dir);
-    CHECK(system(cmd) == 0, "copy failed");
+    char dir[1024];
     loaded l;
-    if (t_case_failed || load(dir, &l)) {
-        CHECK(0, "copy not loadable");
-        return;
-    }
-    ms_err err = {0};
     ms_expert_opts o = {.policy = MS_EXPERTS_CACHE, .slots = 2};
-    CHECK(ms_expert_store_start(l.m->experts, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    if (load_copy_started("trunc", dir, sizeof dir, &l, &o))
+        return;
+    ms_err err = {0};
     int f = l.ck->n_files - 1;
     CHECK(truncate(l.ck->files[f].path, (off_t)(l.ck->files[f].size / 3)) == 0, "truncate");
     int failed = 0;
@@ -184,20 +210,16 @@ static void test_truncated_shard(void)
     CHECK_STR_CONTAINS(err.msg, l.ck->files[f].path);
     CHECK_STR_CONTAINS(err.msg, "truncated shard");
     unload(&l);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0, "cleanup");
+    remove_copy(dir);
 }
 
 /* Page-cache policy: a shard truncated under the mapping raises SIGBUS on
  * touch; the fault handler names the shard and exits cleanly. */
 static void test_truncated_shard_mapped(void)
 {
-    char dir[1024], cmd[4096];
-    snprintf(dir, sizeof dir, "%.900s/truncmap-%d", getenv("MS_TMP") ? getenv("MS_TMP") : "/tmp",
-             (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s' && cp -r '%.1000s' '%.1000s' && chmod -R u+w '%.1000s'",
-             dir, fixture, dir, dir);
-    CHECK(system(cmd) == 0, "copy failed");
+    char dir[1024];
+    if (copy_fixture("truncmap", dir, sizeof dir))
+        return;
     int fds[2];
     CHECK(pipe(fds) == 0, "pipe");
     pid_t pid = fork();
@@ -225,8 +247,7 @@ static void test_truncated_shard_mapped(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "child status %d", status);
     CHECK_STR_CONTAINS(out, "truncated or became unreadable");
     CHECK_STR_CONTAINS(out, "model-00002-of-00002.safetensors: file offset");
-    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s'", dir);
-    CHECK(system(cmd) == 0, "cleanup");
+    remove_copy(dir);
 }
 
 /* Prefetch never takes a slot someone holds. */
@@ -374,19 +395,11 @@ static int shard_resident(const ms_checkpoint *ck, int f)
  * mapped. */
 static void test_prefetch_pagecache(void)
 {
-    char dir[1024], cmd[4096];
-    snprintf(dir, sizeof dir, "%.900s/pcpf-%d", t_tmpdir(), (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s' && cp -r '%.1000s' '%.1000s' && chmod -R u+w '%.1000s'",
-             dir, fixture, dir, dir);
-    CHECK(system(cmd) == 0, "copy failed");
+    char dir[1024];
     loaded l;
-    if (t_case_failed || load(dir, &l)) {
-        CHECK(0, "copy not loadable");
-        return;
-    }
-    ms_err err = {0};
     ms_expert_opts o = {.policy = MS_EXPERTS_PAGECACHE};
-    CHECK(ms_expert_store_start(l.m->experts, l.ck, &o, &err) == 0, "start: %s", err.msg);
+    if (load_copy_started("pcpf", dir, sizeof dir, &l, &o))
+        return;
     int dropped = 1;
     for (int f = 0; f < l.ck->n_files; f++) {
         int fd = open(l.ck->files[f].path, O_RDONLY);
@@ -419,8 +432,7 @@ static void test_prefetch_pagecache(void)
     CHECK(s.prefetch_issued == before, "resident experts advised: %lld prefetches issued after "
           "%lld", (long long)s.prefetch_issued, (long long)before);
     unload(&l);
-    snprintf(cmd, sizeof cmd, "rm -rf '%.1000s'", dir);
-    CHECK(system(cmd) == 0, "cleanup");
+    remove_copy(dir);
 }
 
 /* ---- the learned placement (usage_file.h) ---- */
