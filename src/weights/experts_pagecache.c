@@ -15,28 +15,20 @@ typedef struct pagecache {
     uint8_t *advised;     /* [n_layers][n_experts]: advised for the layer's next visit */
 } pagecache;
 
-/* Whether the page of span sp's file holding byte `off` is resident. */
-static int page_resident(const ms_expert_store *st, const ms_span *sp, uint64_t off)
-{
-    unsigned char v = 0;
-    const uint8_t *p = st->ck->files[sp->file].map + (off & ~(uint64_t)(MS_EXPERT_ALIGN - 1));
-    return mincore((void *)p, MS_EXPERT_ALIGN, &v) == 0 && (v & 1);
-}
-
-/* Whether every page of span sp is resident: one mincore over the span.
- * MADV_WILLNEED walks the page cache page by page even when everything is
- * there (~6% of resident decode on the synthetic gpt-oss-20b), so a cached
- * span is not advised. A mincore call costs ~2 us on this VM whatever its
- * length (4 KiB to 8 MiB alike): three probes a span (first, middle and
- * last page) took ~1,000 calls a token of that decode, ~2.5 ms, where one
- * over the whole span takes a third as many and misses no page. */
-static int span_cached(const ms_expert_store *st, const ms_span *sp)
+/* Whether every page of bytes [from, to) of span sp's file is resident:
+ * one mincore a 16 MiB, which costs ~2 us on this VM whatever its length
+ * (4 KiB to 8 MiB alike). A request's hit is its first page (pc_begin); a
+ * prefetch skips a span whose every page is there: MADV_WILLNEED walks the
+ * page cache page by page even when everything is (~6% of resident decode
+ * on the synthetic gpt-oss-20b). Three single-page probes a span (first,
+ * middle, last) took ~1,000 calls a token of that decode, ~2.5 ms; one
+ * over the span takes a third as many and misses no page. */
+static int resident(const ms_expert_store *st, const ms_span *sp, uint64_t from, uint64_t to)
 {
     unsigned char v[4096];
     const uint8_t *map = st->ck->files[sp->file].map;
-    uint64_t a = sp->offset & ~(uint64_t)(MS_EXPERT_ALIGN - 1), end = sp->offset + sp->nbytes;
-    while (a < end) {
-        uint64_t len = end - a < sizeof v * MS_EXPERT_ALIGN ? end - a : sizeof v * MS_EXPERT_ALIGN;
+    for (uint64_t a = from & ~(uint64_t)(MS_EXPERT_ALIGN - 1); a < to;) {
+        uint64_t len = to - a < sizeof v * MS_EXPERT_ALIGN ? to - a : sizeof v * MS_EXPERT_ALIGN;
         if (mincore((void *)(map + a), len, v))
             return 0;
         for (uint64_t i = 0; i < (len + MS_EXPERT_ALIGN - 1) / MS_EXPERT_ALIGN; i++)
@@ -58,7 +50,7 @@ static int pc_begin(ms_expert_store *st, ms_err *err)
         if (adv[e]) {
             st->st.prefetch_hits++;
             adv[e] = 0;
-        } else if (!st->ck || sp->file < 0 || page_resident(st, sp, sp->offset)) {
+        } else if (!st->ck || sp->file < 0 || resident(st, sp, sp->offset, sp->offset + 1)) {
             st->st.hits++;
         } else {
             st->st.misses++;
@@ -100,7 +92,8 @@ static void pc_prefetch(ms_expert_store *st, int layer, const int32_t *ids, int 
         const ms_span *sp = &st->spans[2 * ms_expert_idx(st, layer, ids[i])];
         int advised = 0;
         for (int k = 0; k < 2 * st->n_mats; k++) {
-            if (sp[k].file < 0 || !sp[k].nbytes || span_cached(st, &sp[k]))
+            if (sp[k].file < 0 || !sp[k].nbytes ||
+                resident(st, &sp[k], sp[k].offset, sp[k].offset + sp[k].nbytes))
                 continue;
             uint64_t a = sp[k].offset & ~(uint64_t)(MS_EXPERT_ALIGN - 1);
             const uint8_t *map = st->ck->files[sp[k].file].map;
