@@ -186,7 +186,9 @@ int cmd_bench(int argc, char **argv)
     const ms_model_info *info = ms_engine_info(eng);
     ms_session_opts so = {.ctx = o.ctx};
     ids = malloc(sizeof *ids * (size_t)(prompt + n));
-    if (!ids || ms_sampler_open(&(ms_sampling){.temperature = 0, .top_p = 1}, info->vocab_size, &greedy, &err) ||
+    if (!ids ||
+        ms_sampler_open(&(ms_sampling){.temperature = 0, .top_p = 1}, info->vocab_size, &greedy,
+                        &err) ||
         ms_session_open(eng, &so, &s, &err) ||
         ms_session_fill_synthetic(s, o.context, 1, &err))
         goto out;

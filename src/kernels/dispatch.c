@@ -350,16 +350,13 @@ int64_t ms_weight_bytes_read(void)
 void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
 {
     int threads = ms_pool_threads();
-    int64_t bytes = 0;
-    for (int j = 0; j < n_jobs; j++)
-        bytes += jobs[j].n > 0 ? ms_mat_bytes(jobs[j].w) : 0;
-    atomic_fetch_add_explicit(&weight_bytes, bytes, memory_order_relaxed);
     for (int j0 = 0; j0 < n_jobs; j0 += MANY_MAX) {
         many m = {.n = n_jobs - j0 < MANY_MAX ? n_jobs - j0 : MANY_MAX,
                   .id = atomic_fetch_add_explicit(&dispatches, 1, memory_order_relaxed) + 1};
         int64_t n_tasks = 0, total = 0;
         for (int j = 0; j < m.n; j++)
             total += jobs[j0 + j].n > 0 ? ms_mat_bytes(jobs[j0 + j].w) : 0;
+        atomic_fetch_add_explicit(&weight_bytes, total, memory_order_relaxed);
         for (int j = 0; j < m.n; j++) {
             plan_job(&m.p[j], &jobs[j0 + j], threads,
                      total > 0 ? (double)ms_mat_bytes(jobs[j0 + j].w) / (double)total : 1.0);

@@ -184,8 +184,8 @@ static void prefetch_next(ms_decoder *dec, int l, const float *x, int64_t n, int
  * a layer in which the other thread waited. */
 static void prefetch_beside(void *ctx)
 {
-    const struct ms_decoder_pf *p = ctx;
-    prefetch_next(p->dec, p->layer, p->x, p->n, 0, p->dec->pf_tmp);
+    ms_decoder *dec = ctx;
+    prefetch_next(dec, dec->pf.layer, dec->pf.x, dec->pf.n, 0, dec->pf_tmp);
 }
 
 /* r->out = moe(h) or mlp(h) for layer l over all n rows, h = ffn_norm(x)
@@ -354,8 +354,10 @@ static int forward(ms_decoder *dec, const ms_fwd *f, ms_err *err)
         ms_add(r.x, r.out, n * d);
         ms_trace_f32(f->trace, r.x, n, d, "L%d.moe_out", l);
         if (b->prefetch && b->experts) {
-            dec->pf = (struct ms_decoder_pf){dec, l, r.x, n};
-            ms_pool_beside(prefetch_beside, &dec->pf);
+            dec->pf.layer = l;
+            dec->pf.x = r.x;
+            dec->pf.n = n;
+            ms_pool_beside(prefetch_beside, dec);
         }
         if (!ms_all_finite(r.x, n * d))
             return non_finite(l, err);

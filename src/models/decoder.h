@@ -59,8 +59,7 @@ typedef struct ms_decoder {
     /* the next layer's prediction, run beside the next dispatch: its
      * work area (d + max_experts) and the arguments it was given */
     float *pf_tmp;
-    struct ms_decoder_pf {
-        struct ms_decoder *dec;
+    struct {
         int layer;
         const float *x;
         int64_t n;

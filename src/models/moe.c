@@ -249,7 +249,6 @@ int64_t ms_mlp_scratch(int64_t d_ff, int64_t n)
     return 3 * n * d_ff;
 }
 
-/* H = silu(G) * U, elementwise over n values. */
 /* H = silu(G) * U over rows of cols, shared by the pool. */
 typedef struct silu_job {
     const float *G, *U;
