@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 static uint64_t meminfo_available(void)
 {
@@ -221,6 +223,72 @@ int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes, int64_
 int64_t ms_huge_bytes(const void *p, size_t bytes)
 {
     return ms_huge_bytes_n(1, &p, &bytes, NULL);
+}
+
+/* PAGEMAP_SCAN's interface (linux/fs.h from Linux 6.7), spelled out for
+ * older headers such as Debian 12's. */
+typedef struct pm_region {
+    uint64_t start, end, categories;
+} pm_region;
+typedef struct pm_scan {
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted,
+        category_mask, category_anyof_mask, return_mask;
+} pm_scan;
+#define PM_SCAN_IOCTL _IOWR('f', 16, pm_scan)
+#define PM_PAGE_IS_HUGE (1u << 6) /* PMD-mapped THP or hugetlb */
+
+int ms_small_runs_unsupported;
+
+int ms_small_runs(const void *p, size_t bytes,
+                  void (*fn)(void *ctx, uint64_t off, uint64_t len), void *ctx)
+{
+    const uint64_t R = 2u << 20;
+    if (ms_small_runs_unsupported) {
+        errno = ENOTTY;
+        return -1;
+    }
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    uint64_t lo = (uint64_t)(uintptr_t)p, hi = lo + bytes, at = lo; /* at: first piece unsaid */
+    pm_region vec[256];
+    int rc = 0;
+    while (at < hi) {
+        /* the huge runs from `at` on; what lies between them is small */
+        pm_scan a = {.size = sizeof a, .start = at, .end = hi, .vec = (uint64_t)(uintptr_t)vec,
+                     .vec_len = sizeof vec / sizeof *vec, .category_mask = PM_PAGE_IS_HUGE,
+                     .return_mask = PM_PAGE_IS_HUGE};
+        long n = ioctl(fd, PM_SCAN_IOCTL, &a);
+        if (n < 0) {
+            rc = -1;
+            break;
+        }
+        uint64_t before = at;
+        for (long i = 0; i < n; i++) {
+            /* whole pieces only: a run's ragged ends are not whole pages */
+            uint64_t s = (vec[i].start - lo + R - 1) / R * R + lo;
+            uint64_t e = (vec[i].end - lo) / R * R + lo;
+            if (s >= e)
+                continue;
+            if (s > at)
+                fn(ctx, at - lo, s - at);
+            if (e > at)
+                at = e;
+        }
+        /* a vector not filled: the walk reached hi; a full one stopped at
+         * walk_end, and the next scan goes on from `at` (a run cut there
+         * comes again); no whole piece in a full vector cannot happen
+         * (huge runs are whole pieces), but would not loop */
+        if (n < (long)(sizeof vec / sizeof *vec) || a.walk_end >= hi || at == before) {
+            if (at < hi)
+                fn(ctx, at - lo, hi - at);
+            break;
+        }
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
 }
 
 int ms_file_reread(int fd, const void *map, uint64_t off, uint64_t len)

@@ -49,6 +49,19 @@ int64_t ms_huge_bytes(const void *p, size_t bytes);
  * the sum, and each range's own count in each[i] unless each is NULL. */
 int64_t ms_huge_bytes_n(int n, const void *const *p, const size_t *bytes, int64_t *each);
 
+/* The 2 MiB pieces of [p, p + bytes) (p on a 2 MiB boundary) that are not
+ * mapped as whole huge pages now: fn(ctx, off, len) for each run of them,
+ * in order, off and len relative to p (the last piece may be shorter, where
+ * bytes is not a multiple of 2 MiB). Pieces not mapped at all count as not
+ * huge. Asks the kernel's PAGEMAP_SCAN (Linux 6.7), which says it page by
+ * page, where smaps only totals a whole mapping. Returns 0, or -1 with
+ * errno (ENOTTY or EINVAL where the kernel has no PAGEMAP_SCAN). */
+int ms_small_runs(const void *p, size_t bytes,
+                  void (*fn)(void *ctx, uint64_t off, uint64_t len), void *ctx);
+/* Set by tests to act as a kernel without PAGEMAP_SCAN: ms_small_runs then
+ * fails with ENOTTY. */
+extern int ms_small_runs_unsupported;
+
 /* Reads [off, off + len) of the file fd, mapped whole at map (ms_map_file_huge),
  * into the page cache again: the range is unmapped from map, its cached
  * pages that no process maps are dropped (POSIX_FADV_DONTNEED) and it is

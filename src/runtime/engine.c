@@ -239,48 +239,172 @@ static int mostly_small(uint64_t bytes, int64_t huge)
     return small > bytes / 10 && small > (4u << 20);
 }
 
+/* Pieces of the weights to read again: spans of whole 2 MiB pieces, in
+ * file order, adjacent ones joined. */
+typedef struct pieces {
+    ms_span *v;
+    int n, cap;
+    int file;       /* the region being added to */
+    uint64_t base;  /* its offset in the file */
+    uint64_t whole; /* the file's whole pieces end here: a ragged last one is never huge */
+    int sealed;     /* pieces before this one are never extended */
+    int oom;
+} pieces;
+
+/* ms_small_runs's callback: [off, off + len) of the current region. */
+static void add_piece(void *ctx, uint64_t off, uint64_t len)
+{
+    pieces *p = ctx;
+    uint64_t a = p->base + off, e = a + len < p->whole ? a + len : p->whole;
+    if (a >= e || p->oom)
+        return;
+    ms_span *last = p->n > p->sealed ? &p->v[p->n - 1] : NULL;
+    if (last && last->file == p->file && last->offset + last->nbytes == a) {
+        last->nbytes = e - last->offset;
+        return;
+    }
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        ms_span *v = realloc(p->v, sizeof *v * (size_t)cap);
+        if (!v) {
+            p->oom = 1;
+            return;
+        }
+        p->v = v;
+        p->cap = cap;
+    }
+    p->v[p->n++] = (ms_span){.file = p->file, .offset = a, .nbytes = e - a};
+}
+
+/* Adds [off, off + len) of shard f (a 2 MiB boundary) to *p if it is not
+ * all mapped in huge pages now: the pieces that are not, where the kernel
+ * can say it (ms_small_runs; returns 0), else nothing (-1). */
+static int add_small(const ms_engine *eng, int f, uint64_t off, uint64_t len, pieces *p)
+{
+    const ms_st_file *sf = &eng->ck->files[f];
+    p->file = f;
+    p->base = off;
+    p->whole = sf->size / (2u << 20) * (2u << 20);
+    return ms_small_runs(sf->map + off, len, add_piece, p);
+}
+
+static uint64_t pieces_bytes(const pieces *p, int from, int to)
+{
+    uint64_t b = 0;
+    for (int i = from; i < to; i++)
+        b += p->v[i].nbytes;
+    return b;
+}
+
+/* "123 MB" or "1.23 GB" into buf. */
+static const char *size_text(char *buf, size_t n, uint64_t bytes)
+{
+    if (bytes < 1000000000u)
+        snprintf(buf, n, "%.0f MB", (double)bytes / 1e6);
+    else
+        snprintf(buf, n, "%.2f GB", (double)bytes / 1e9);
+    return buf;
+}
+
+/* Reads pieces p->v[first, end) again, shard by shard; in exact mode
+ * (ms_small_runs) appends what stays in small pages after them. Stops,
+ * said on the log, with -1 at a shard whose pieces mostly stay small (or
+ * that cannot be read); else 0. read counts the bytes. */
+static int read_pass(ms_engine *eng, pieces *p, int first, int end, int exact,
+                     int64_t *huge, const uint64_t *bytes, uint64_t *read)
+{
+    const ms_st_file *files = eng->ck->files;
+    p->sealed = p->n;
+    for (int i = first; i < end;) {
+        int f = p->v[i].file, j = i;
+        for (; j < end && p->v[j].file == f; j++) {
+            if (ms_file_reread(files[f].fd, files[f].map, p->v[j].offset, p->v[j].nbytes)) {
+                ms_logf(&eng->log, "%s: cannot read it again (%s); left in small pages",
+                        files[f].path, strerror(errno));
+                return -1;
+            }
+            *read += p->v[j].nbytes;
+        }
+        int stayed;
+        if (exact) {
+            int before = p->n;
+            for (int k = i; k < j && !p->oom; k++)
+                if (add_small(eng, f, p->v[k].offset, p->v[k].nbytes, p))
+                    break;
+            stayed = p->oom || 2 * pieces_bytes(p, before, p->n) > pieces_bytes(p, i, j);
+        } else {
+            stayed = huge_per_file(eng, huge) >= 0 && mostly_small(bytes[f], huge[f]);
+        }
+        if (stayed) {
+            ms_logf(&eng->log, "%s came back in small pages too (memory too fragmented for "
+                    "2 MiB pages, or another process maps them): the other shards are left "
+                    "as they are", files[f].path);
+            return -1;
+        }
+        i = j;
+    }
+    return 0;
+}
+
 /* The page cache keeps a file in the folios it was first read into: a
  * shard read without readahead, or while memory was fragmented, stays in 4
  * KiB pages, and over such weights the synthetic gpt-oss-20b decoded at
  * 208-210 ms/token against 129-136 and prefilled at 4 against 12-18 tok/s
- * (docs/perf.md, "Weights cached in small pages"). So after the regions
- * v[0..m) (sorted by file) are mapped in, each shard whose regions are
- * mostly in small pages is read again (ms_file_reread) through its huge
- * mapping. Where nothing at all is in huge pages, one 2 MiB piece is read
- * again first, to learn whether this kernel caches the file system's files
- * in large folios at all; if it does not, nothing more is read. The
- * rereading stops at a shard that stays in small pages (memory too
- * fragmented for 2 MiB folios, or pages another process maps, which are
- * not dropped). Said on the log either way. */
+ * (docs/perf.md, "Weights cached in small pages"). Parts of a shard left
+ * so cost too: with 15% of Qwen3's lm_head in small pages its decode ran
+ * 8% slower (docs/perf.md, "Weights left in small pages"). So after the
+ * regions v[0..m) (sorted by file) are mapped in, the 2 MiB pieces of them
+ * that are not mapped as huge pages are read again (ms_file_reread)
+ * through the shards' huge mappings. The kernel says which pieces those
+ * are (ms_small_runs); where it cannot (before Linux 6.7), smaps's totals
+ * per shard choose the shards whose regions are mostly in small pages, and
+ * those are read again whole. Where nothing at all is in huge pages, one
+ * 2 MiB piece is read again first, to learn whether this kernel caches the
+ * file system's files in large folios at all; if it does not, nothing more
+ * is read. The rereading stops at a shard whose pieces stay in small pages
+ * (memory too fragmented for 2 MiB folios, or pages another process maps,
+ * which are not dropped). Said on the log either way. */
 static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
 {
     const uint64_t REGION = 2 << 20;
-    int nf = eng->ck->n_files;
+    int nf = eng->ck->n_files, exact = 1;
     int64_t *huge = calloc((size_t)nf, sizeof *huge);
     uint64_t *bytes = calloc((size_t)nf, sizeof *bytes);
+    pieces p = {0};
+    char t0s[32], t1s[32];
     if (!huge || !bytes || huge_per_file(eng, huge) < 0)
         goto done;
     for (int i = 0; i < m; i++)
         bytes[v[i].file] += v[i].nbytes;
-    uint64_t small = 0, all = 0;
+    uint64_t all = 0;
     int64_t in_huge = 0;
     for (int f = 0; f < nf; f++) {
         all += bytes[f];
         in_huge += huge[f];
-        if (mostly_small(bytes[f], huge[f]))
-            small += small_bytes(bytes[f], huge[f]);
     }
-    if (!small)
+    for (int i = 0; i < m && exact; i++)
+        exact = add_small(eng, v[i].file, v[i].offset, v[i].nbytes, &p) == 0;
+    if (!exact) { /* whole regions of the shards mostly in small pages */
+        p.n = 0;
+        for (int i = 0; i < m; i++)
+            if (mostly_small(bytes[v[i].file], huge[v[i].file])) {
+                p.file = v[i].file;
+                p.base = v[i].offset;
+                p.whole = UINT64_MAX;
+                add_piece(&p, 0, v[i].nbytes);
+            }
+    }
+    if (p.oom || p.n == 0)
         goto done;
     const ms_st_file *files = eng->ck->files;
     if (in_huge == 0) {
         int i = 0;
-        while (i < m && v[i].nbytes < REGION)
+        while (i < p.n && p.v[i].nbytes < REGION)
             i++;
-        if (i == m)
+        if (i == p.n)
             goto done;
-        const ms_st_file *sf = &files[v[i].file];
-        if (ms_file_reread(sf->fd, sf->map, v[i].offset, REGION) ||
+        const ms_st_file *sf = &files[p.v[i].file];
+        if (ms_file_reread(sf->fd, sf->map, p.v[i].offset, REGION) ||
             huge_per_file(eng, huge) <= 0) {
             ms_logf(&eng->log, "the weights are mapped in 4 KiB pages, and %s read again "
                     "comes back in them too: this kernel does not cache this file system's "
@@ -288,38 +412,28 @@ static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
             goto done;
         }
     }
-    ms_logf(&eng->log, "the page cache holds %.2f GB of the weights in 4 KiB pages, over "
-            "which products run slower: reading them again in 2 MiB pages", (double)small / 1e9);
+    ms_logf(&eng->log, "the page cache holds %s of the weights in 4 KiB pages, over which "
+            "products run slower: reading them again in 2 MiB pages%s",
+            size_text(t0s, sizeof t0s, pieces_bytes(&p, 0, p.n)),
+            exact ? "" : " (whole shards: this kernel cannot say which pieces are small, "
+                         "which PAGEMAP_SCAN from Linux 6.7 tells)");
     double t0 = ms_now();
     uint64_t read = 0;
-    for (int i = 0; i < m;) {
-        int f = v[i].file, j = i;
-        while (j < m && v[j].file == f)
-            j++;
-        if (mostly_small(bytes[f], huge[f])) {
-            for (int k = i; k < j; k++) {
-                if (ms_file_reread(files[f].fd, files[f].map, v[k].offset, v[k].nbytes)) {
-                    ms_logf(&eng->log, "%s: cannot read it again (%s); left in small pages",
-                            files[f].path, strerror(errno));
-                    goto said;
-                }
-                read += v[k].nbytes;
-            }
-            if (huge_per_file(eng, huge) >= 0 && mostly_small(bytes[f], huge[f])) {
-                ms_logf(&eng->log, "%s came back in small pages too (memory too fragmented for "
-                        "2 MiB pages, or another process maps them): the other shards are left "
-                        "as they are", files[f].path);
-                goto said;
-            }
-        }
-        i = j;
+    /* a second pass over what stayed small: under memory pressure (another
+     * model's pages being evicted) a first pass got a 2 MiB folio for half
+     * the pieces of one shard, a second start of the engine for all */
+    for (int pass = 0, first = 0, end = p.n; pass < 2 && first < end; pass++) {
+        if (read_pass(eng, &p, first, end, exact, huge, bytes, &read))
+            break;
+        first = end;
+        end = p.n;
     }
-said:
     in_huge = huge_per_file(eng, huge);
-    ms_logf(&eng->log, "read %.2f GB again in %.1f s: %.0f%% of the weights now in 2 MiB pages",
-            (double)read / 1e9, ms_now() - t0,
+    ms_logf(&eng->log, "read %s again in %.1f s: %.0f%% of the weights now in 2 MiB pages",
+            size_text(t1s, sizeof t1s, read), ms_now() - t0,
             all ? 100.0 * (double)(in_huge > 0 ? in_huge : 0) / (double)all : 0.0);
 done:
+    free(p.v);
     free(huge);
     free(bytes);
 }

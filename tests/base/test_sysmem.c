@@ -3,8 +3,9 @@
  * much of it the kernel holds in huge pages, never more than the range nor
  * than the whole process holds (smaps_rollup, read here independently),
  * and the same for several ranges read at once as for each alone;
- * ms_populate maps a whole range in; ms_file_reread caches again in huge
- * pages a file that was cached in small ones.
+ * ms_populate maps a whole range in; ms_small_runs names the 2 MiB pieces
+ * not in huge pages, whose sum is what smaps says is not; ms_file_reread
+ * caches again in huge pages a file that was cached in small ones.
  * Whether the kernel gives huge pages at all depends on its settings and
  * free memory, so the fraction is printed, not asserted. */
 #include <errno.h>
@@ -130,6 +131,94 @@ static void huge_bytes_of_ranges(void)
     munmap(p[1], n[1]);
 }
 
+/* What ms_small_runs reported: runs relative to the range. */
+typedef struct runs {
+    uint64_t off[64], len[64];
+    int n;
+} runs;
+
+static void on_run(void *ctx, uint64_t off, uint64_t len)
+{
+    runs *r = ctx;
+    if (r->n < 64) {
+        r->off[r->n] = off;
+        r->len[r->n] = len;
+    }
+    r->n++;
+}
+
+/* Runs inside [0, bytes), in order, apart, on 2 MiB boundaries (the last
+ * may end at bytes); returns their sum, or -1 after a failed check. */
+static int64_t runs_sum(const runs *r, uint64_t bytes, const char *what)
+{
+    const uint64_t R = 2u << 20;
+    int64_t sum = 0;
+    CHECK(r->n <= 64, "%s: %d runs", what, r->n);
+    for (int i = 0; i < r->n && i < 64; i++) {
+        int ok = r->len[i] > 0 && r->off[i] % R == 0 && r->off[i] + r->len[i] <= bytes &&
+                 (r->len[i] % R == 0 || r->off[i] + r->len[i] == bytes) &&
+                 (i == 0 || r->off[i] > r->off[i - 1] + r->len[i - 1]);
+        CHECK(ok, "%s: run %d [%llu, +%llu) of %llu bytes is not a run of whole 2 MiB pieces "
+              "after the one before", what, i, (unsigned long long)r->off[i],
+              (unsigned long long)r->len[i], (unsigned long long)bytes);
+        if (!ok)
+            return -1;
+        sum += (int64_t)r->len[i];
+    }
+    return sum;
+}
+
+/* A mapping in huge pages with one of them split (a page inside it given
+ * back): ms_small_runs names that piece, and its runs sum to what smaps
+ * says is not in huge pages; a ragged tail is named too. */
+static void small_runs_of_a_split_mapping(void)
+{
+    const size_t R = 2u << 20, n = 16u << 20;
+    uint8_t *p = ms_map_huge(n);
+    CHECK(p != NULL, "no mapping");
+    if (!p)
+        return;
+    memset(p, 1, n);
+    runs r = {.n = 0};
+    if (ms_small_runs(p, n, on_run, &r)) {
+        CHECK(errno == ENOTTY || errno == EINVAL, "ms_small_runs: %s", strerror(errno));
+        printf("SKIP small_runs_of_a_split_mapping: this kernel has no PAGEMAP_SCAN (%s); the "
+               "engine then chooses shards by smaps's totals\n", strerror(errno));
+        munmap(p, n);
+        return;
+    }
+    int64_t h = ms_huge_bytes(p, n);
+    CHECK(runs_sum(&r, n, "whole mapping") == (int64_t)n - h,
+          "the runs sum to %lld bytes, smaps has %lld of %zu in huge pages",
+          (long long)runs_sum(&r, n, "whole mapping"), (long long)h, n);
+    /* piece 3 split: its page table now maps 4 KiB pages */
+    CHECK(madvise(p + 3 * R + 8192, 4096, MADV_DONTNEED) == 0, "madvise: %s", strerror(errno));
+    r.n = 0;
+    CHECK(ms_small_runs(p, n, on_run, &r) == 0, "ms_small_runs: %s", strerror(errno));
+    int64_t after = ms_huge_bytes(p, n), sum = runs_sum(&r, n, "split mapping");
+    CHECK(sum == (int64_t)n - after, "after a split the runs sum to %lld bytes, smaps has "
+          "%lld of %zu in huge pages", (long long)sum, (long long)after, n);
+    int named = 0;
+    for (int i = 0; i < r.n && i < 64; i++)
+        named |= r.off[i] <= 3 * R && r.off[i] + r.len[i] >= 4 * R;
+    CHECK(named, "the split piece [%zu, %zu) is not among the %d runs", 3 * R, 4 * R, r.n);
+    if (h == (int64_t)n)
+        CHECK(r.n == 1 && r.off[0] == 3 * R && r.len[0] == R,
+              "a mapping wholly in huge pages, one split: %d runs, the first [%llu, +%llu)",
+              r.n, (unsigned long long)r.off[0], (unsigned long long)r.len[0]);
+    else
+        printf("note: the kernel gave %lld of %zu MiB in huge pages; the split piece is checked "
+               "against smaps's sum\n", (long long)(h >> 20), n >> 20);
+    /* a range ending inside a piece: the ragged end is named as a run */
+    r.n = 0;
+    size_t ragged = 5 * R + 12345;
+    CHECK(ms_small_runs(p, ragged, on_run, &r) == 0, "ms_small_runs: %s", strerror(errno));
+    CHECK(runs_sum(&r, ragged, "ragged range") >= 0 && r.n >= 1 && r.n <= 64 &&
+          r.off[r.n - 1] + r.len[r.n - 1] == ragged,
+          "a range of %zu bytes: its ragged last piece is not named", ragged);
+    munmap(p, n);
+}
+
 /* ms_populate maps every page of the range, on two threads, as zeroes. */
 static void populate_maps_all(void)
 {
@@ -204,9 +293,20 @@ static void reread_caches_in_huge_pages(void)
     map = ms_map_file_huge(fd, n);
     madvise((void *)map, n, MADV_POPULATE_READ);
     int64_t small = ms_huge_bytes(map, n);
+    runs before = {.n = 0}, left = {.n = 0};
+    int scan = ms_small_runs(map, n, on_run, &before) == 0;
     int rc = ms_file_reread(fd, map, 0, n);
     CHECK(rc == 0, "ms_file_reread failed: %s", strerror(errno));
     int64_t after = ms_huge_bytes(map, n);
+    if (scan && ms_small_runs(map, n, on_run, &left) == 0) {
+        /* the scan agrees with smaps on the file mapping, before and after */
+        CHECK(runs_sum(&before, n, "cached page by page") == (int64_t)n - small,
+              "cached page by page: the runs sum to %lld bytes, smaps has %lld of %zu in huge "
+              "pages", (long long)runs_sum(&before, n, "before"), (long long)small, n);
+        CHECK(runs_sum(&left, n, "read again") == (int64_t)n - after,
+              "read again: the runs sum to %lld bytes, smaps has %lld of %zu in huge pages",
+              (long long)runs_sum(&left, n, "after"), (long long)after, n);
+    }
     CHECK(memcmp(map, buf, n) == 0, "the file's bytes differ after the reread");
     printf("note: %zu MiB file: %lld MiB in huge pages read fresh, %lld MiB cached page by page, "
            "%lld MiB after ms_file_reread\n", n >> 20, (long long)(fresh >> 20),
@@ -234,6 +334,7 @@ int main(void)
     TEST_CASE(map_huge_aligned_and_usable);
     TEST_CASE(huge_bytes_bounded);
     TEST_CASE(huge_bytes_of_ranges);
+    TEST_CASE(small_runs_of_a_split_mapping);
     TEST_CASE(populate_maps_all);
     TEST_CASE(reread_caches_in_huge_pages);
     return t_finish();

@@ -10,7 +10,8 @@
  * only inside one mapping, so locked mappings start on a 2 MiB boundary and
  * end on one or at the end of their file. A model whose shard the page
  * cache holds in 4 KiB pages is read again at open and mapped in 2 MiB
- * pages, as a fresh read of it would be. */
+ * pages, as a fresh read of it would be, and so is a single 2 MiB piece of
+ * one. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sysmem.h"
 #include "moestream.h"
 #include "test.h"
 
@@ -224,19 +226,19 @@ static int open_logged(const char *dir)
     return 0;
 }
 
-static void small_pages_read_again(void)
+/* The gpt_oss fixture's configuration with a 16384-token vocabulary (its
+ * embedding and lm_head, 6 MiB each, span whole 2 MiB pages) synthesised
+ * into base/model; returns 0, or -1 after a failed check. */
+static int make_model(const char *base, char *model, size_t cap)
 {
-    /* the gpt_oss fixture's configuration with a 16384-token vocabulary:
-     * its embedding and lm_head (6 MiB each) span whole 2 MiB pages */
-    char src[1024], base[PATH_MAX], cfg[PATH_MAX + 32], model[PATH_MAX + 32];
+    char src[1024], cfg[PATH_MAX + 32];
     snprintf(src, sizeof src, "%s/gpt_oss/config.json", t_fixtures_dir());
-    snprintf(base, sizeof base, "%s/ms_test_small_pages_%d", t_tmpdir(), (int)getpid());
     snprintf(cfg, sizeof cfg, "%s/cfg", base);
-    snprintf(model, sizeof model, "%s/model", base);
+    snprintf(model, cap, "%s/model", base);
     FILE *f = fopen(src, "r");
     CHECK(f != NULL, "%s: cannot read", src);
     if (!f)
-        return;
+        return -1;
     static char text[1 << 16];
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
@@ -244,7 +246,7 @@ static void small_pages_read_again(void)
     char *v = strstr(text, "\"vocab_size\": 1280");
     CHECK(v != NULL, "%s: no \"vocab_size\": 1280", src);
     if (!v)
-        return;
+        return -1;
     memcpy(v, "\"vocab_size\": 9999", 18); /* the same length; 9999 is patched below */
     memcpy(v + 14, "16384", 5);
     mkdir(base, 0700);
@@ -259,8 +261,24 @@ static void small_pages_read_again(void)
     ms_synth_opts so = {.config_path = path, .out_dir = model, .seed = 7, .quiet = 1};
     if (ms_synth(&so, &err)) {
         CHECK(0, "synth: %s", err.msg);
-        return;
+        return -1;
     }
+    return 0;
+}
+
+static void remove_model(const char *base)
+{
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
+static void small_pages_read_again(void)
+{
+    char base[PATH_MAX], model[PATH_MAX + 32];
+    snprintf(base, sizeof base, "%s/ms_test_small_pages_%d", t_tmpdir(), (int)getpid());
+    if (make_model(base, model, sizeof model))
+        return;
     recache_shards(model, 0);
     if (open_logged(model))
         return;
@@ -271,24 +289,127 @@ static void small_pages_read_again(void)
     int after = logged_share();
     printf("note: read fresh %d%% mapped in huge pages; cached page by page, then opened: %d%%; "
            "log: %s", fresh, after, log_text);
+    /* as on a kernel that cannot say which pieces are small: whole shards */
+    recache_shards(model, 1);
+    ms_small_runs_unsupported = 1;
+    int rc = open_logged(model);
+    ms_small_runs_unsupported = 0;
+    if (rc)
+        return;
+    int whole = logged_share();
+    printf("note: the same without PAGEMAP_SCAN: %d%%; log: %s", whole, log_text);
     if (fresh < 50) {
         printf("SKIP small_pages_read_again (huge pages): this kernel mapped %d%% of a fresh "
                "read of the model in %s in huge pages, so rereading cannot be shown to help\n",
                fresh, t_tmpdir());
     } else {
-        CHECK_STR_CONTAINS(log_text, "reading them again in 2 MiB pages");
         CHECK(after >= fresh - 5, "after the reread %d%% is mapped in huge pages, %d%% when "
               "read fresh", after, fresh);
+        CHECK_STR_CONTAINS(log_text, "reading them again in 2 MiB pages (whole shards");
+        CHECK(whole >= fresh - 5, "without PAGEMAP_SCAN, after the reread %d%% is mapped in "
+              "huge pages, %d%% when read fresh", whole, fresh);
     }
-    char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-    CHECK(system(cmd) == 0, "%s", cmd);
+    remove_model(base);
+}
+
+/* The shard of dir holding `tensor`, into path, and the file offsets of its
+ * data; 0, or -1 when no shard names it. Read from the safetensors headers
+ * here, apart from the library's parser. */
+static int find_tensor(const char *dir, const char *tensor, char *path, size_t cap,
+                       uint64_t *from, uint64_t *to)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = -1;
+    while (d && found && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors"))
+            continue;
+        snprintf(path, cap, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        uint64_t n = 0;
+        if (!f || fread(&n, 8, 1, f) != 1 || n > (64u << 20)) {
+            if (f)
+                fclose(f);
+            continue;
+        }
+        char *h = malloc(n + 1);
+        if (h && fread(h, 1, n, f) == n) {
+            h[n] = 0;
+            char key[256];
+            snprintf(key, sizeof key, "\"%s\"", tensor);
+            const char *k = strstr(h, key), *o = k ? strstr(k, "\"data_offsets\"") : NULL;
+            unsigned long long a, b;
+            if (o && sscanf(strchr(o, '[') ? strchr(o, '[') : o, "[%llu,%llu]", &a, &b) == 2) {
+                *from = 8 + n + a;
+                *to = 8 + n + b;
+                found = 0;
+            }
+        }
+        free(h);
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A model read fresh, then one 2 MiB piece of its lm_head dropped from the
+ * page cache and read back a page at a time (readahead off), so that the
+ * cache holds just that piece in 4 KiB pages: opened again, the piece is
+ * read again and the model is mapped in huge pages as when fresh. Telling
+ * shards apart by their smaps totals would leave it: 2 MiB is under the
+ * share of a shard that made a shard worth reading again. */
+static void small_piece_read_again(void)
+{
+    const uint64_t R = 2u << 20;
+    char base[PATH_MAX], model[PATH_MAX + 32], shard[PATH_MAX + 300];
+    snprintf(base, sizeof base, "%s/ms_test_small_piece_%d", t_tmpdir(), (int)getpid());
+    if (make_model(base, model, sizeof model))
+        return;
+    uint64_t from = 0, to = 0;
+    CHECK(find_tensor(model, "lm_head.weight", shard, sizeof shard, &from, &to) == 0,
+          "%s: no shard holds lm_head.weight", model);
+    uint64_t piece = (from + R - 1) / R * R;
+    CHECK(piece + R <= to, "lm_head.weight [%llu, %llu) holds no whole 2 MiB piece",
+          (unsigned long long)from, (unsigned long long)to);
+    recache_shards(model, 0);
+    if (open_logged(model))
+        return;
+    int fresh = logged_share();
+    int fd = open(shard, O_RDONLY);
+    CHECK(fd >= 0, "%s: cannot open", shard);
+    if (fd >= 0) {
+        posix_fadvise(fd, (off_t)piece, (off_t)R, POSIX_FADV_DONTNEED);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+        char page[4096];
+        for (uint64_t off = piece; off < piece + R; off += sizeof page)
+            CHECK(pread(fd, page, sizeof page, (off_t)off) == (ssize_t)sizeof page,
+                  "%s: short read at %llu", shard, (unsigned long long)off);
+        close(fd);
+    }
+    if (open_logged(model))
+        return;
+    int after = logged_share();
+    printf("note: read fresh %d%% mapped in huge pages; one piece of lm_head cached page by "
+           "page, then opened: %d%%; log: %s", fresh, after, log_text);
+    if (fresh < 95) {
+        printf("SKIP small_piece_read_again (huge pages): this kernel mapped %d%% of a fresh "
+               "read of the model in %s in huge pages, so one piece cannot be told apart\n",
+               fresh, t_tmpdir());
+    } else {
+        CHECK_STR_CONTAINS(log_text, "holds 2 MB of the weights in 4 KiB pages");
+        CHECK(after >= fresh, "after the reread %d%% is mapped in huge pages, %d%% when read "
+              "fresh", after, fresh);
+    }
+    remove_model(base);
 }
 
 int main(void)
 {
     TEST_CASE(weights_mapped_at_open);
     TEST_CASE(small_pages_read_again);
+    TEST_CASE(small_piece_read_again);
 #if defined(__SANITIZE_ADDRESS__)
     printf("SKIP dense_locked_in_whole_regions: AddressSanitizer's mlock locks nothing, so no "
            "mapping can show as locked\n");
