@@ -351,19 +351,20 @@ static int read_pass(ms_engine *eng, pieces *p, int first, int end, int exact,
  * KiB pages, and over such weights the synthetic gpt-oss-20b decoded at
  * 208-210 ms/token against 129-136 and prefilled at 4 against 12-18 tok/s
  * (docs/perf.md, "Weights cached in small pages"). Parts of a shard left
- * so cost too: with 15% of Qwen3's lm_head in small pages its decode ran
- * 8% slower (docs/perf.md, "Weights left in small pages"). So after the
- * regions v[0..m) (sorted by file) are mapped in, the 2 MiB pieces of them
- * that are not mapped as huge pages are read again (ms_file_reread)
- * through the shards' huge mappings. The kernel says which pieces those
- * are (ms_small_runs); where it cannot (before Linux 6.7), smaps's totals
- * per shard choose the shards whose regions are mostly in small pages, and
- * those are read again whole. Where nothing at all is in huge pages, one
- * 2 MiB piece is read again first, to learn whether this kernel caches the
- * file system's files in large folios at all; if it does not, nothing more
- * is read. The rereading stops at a shard whose pieces stay in small pages
- * (memory too fragmented for 2 MiB folios, or pages another process maps,
- * which are not dropped). Said on the log either way. */
+ * so cost too: with 100 MB of Qwen3's lm_head in small pages its head took
+ * 12.2 ms a token against 11.35 (docs/perf.md, "Weights left in small
+ * pages"). So after the regions v[0..m) (sorted by file) are mapped in,
+ * the 2 MiB pieces of them that are not mapped as huge pages are read
+ * again (ms_file_reread) through the shards' huge mappings. The kernel
+ * says which pieces those are (ms_small_runs); where it cannot (before
+ * Linux 6.7), smaps's totals per shard choose the shards whose regions are
+ * mostly in small pages, and those are read again whole. Where nothing at
+ * all is in huge pages, one 2 MiB piece is read again first, to learn
+ * whether this kernel caches the file system's files in large folios at
+ * all; if it does not, nothing more is read. The rereading stops at a
+ * shard whose pieces stay in small pages (memory too fragmented for 2 MiB
+ * folios, or pages another process maps, which are not dropped). Said on
+ * the log either way. */
 static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
 {
     const uint64_t REGION = 2 << 20;
