@@ -420,9 +420,11 @@ static void reread_small_pages(ms_engine *eng, const ms_span *v, int m)
                          "which PAGEMAP_SCAN from Linux 6.7 tells)");
     double t0 = ms_now();
     uint64_t read = 0;
-    /* a second pass over what stayed small: under memory pressure (another
-     * model's pages being evicted) a first pass got a 2 MiB folio for half
-     * the pieces of one shard, a second start of the engine for all */
+    /* a second pass over what stayed small: on a start that evicted another
+     * model's pages, one pass left 44% of gpt-oss-20b's weights in small
+     * pages (5.52 GB read), which the next start read again whole in huge
+     * ones; with the second pass Qwen3's 5.89 GB needed 0.59 GB more and
+     * came back whole (docs/perf.md, "Weights left in small pages") */
     for (int pass = 0, first = 0, end = p.n; pass < 2 && first < end; pass++) {
         if (read_pass(eng, &p, first, end, exact, huge, bytes, &read))
             break;
