@@ -1,9 +1,9 @@
 /* moestream bench: prefill and decode speed with the expert-tier statistics,
  * the disk's bandwidth at expert-sized reads, (with --floor) the memory
  * floor of decode: weight bytes read per token over the read-stream
- * bandwidth measured between the phases it judges, and (with --trace) the
- * hit rate of the optimum for the same cache. Prints a table; asserts
- * nothing. */
+ * bandwidth measured between the phases it judges, (with --products)
+ * each phase's time by kind of product, and (with --trace) the hit rate of
+ * the optimum for the same cache. Prints tables; asserts nothing. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +129,57 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
     }
 }
 
+/* --products: the kinds of product dispatched in a phase (`tokens` tokens
+ * in `secs` seconds), the slowest first. */
+/* the table's rows; the slower rest in one line */
+enum { MAX_KINDS = 96, SHOWN_KINDS = 12 };
+
+static int by_seconds(const void *a, const void *b)
+{
+    double x = ((const ms_product_stat *)a)->seconds, y = ((const ms_product_stat *)b)->seconds;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void print_products(const char *name, int64_t tokens, double secs, ms_product_stat *k,
+                           int n)
+{
+    n = n < MAX_KINDS ? n : MAX_KINDS;
+    qsort(k, (size_t)n, sizeof *k, by_seconds);
+    printf("\n| %s by product%s: format rows x cols, products a dispatch, tokens (5: 5+) "
+           "| dispatches/token | MB/token | ms/token | share | GB/s | GFLOP/s |\n"
+           "|---|---|---|---|---|---|---|\n",
+           name, pipeline_stages() ? " (this process's layers)" : "");
+    double t = 0, bytes = 0, flops = 0, rest[4] = {0};
+    for (int i = 0; i < n; i++) {
+        double s = k[i].seconds;
+        if (i < SHOWN_KINDS)
+            printf("| %s %lld x %lld, %d, %d | %.2f | %.3f | %.3f | %.1f%% | %.1f | %.1f |\n",
+                   k[i].format, (long long)k[i].rows, (long long)k[i].cols, k[i].products,
+                   k[i].tokens, (double)k[i].dispatches / (double)tokens,
+                   (double)k[i].weight_bytes / 1e6 / (double)tokens, 1e3 * s / (double)tokens, secs > 0 ? 100 * s / secs : 0.0,
+                   s > 0 ? k[i].weight_bytes / s / 1e9 : 0.0, s > 0 ? k[i].flops / s / 1e9 : 0.0);
+        else {
+            rest[0] += s;
+            rest[1] += (double)k[i].weight_bytes;
+            rest[2] += k[i].flops;
+            rest[3] += (double)k[i].dispatches;
+        }
+        t += s;
+        bytes += (double)k[i].weight_bytes;
+        flops += k[i].flops;
+    }
+    if (n > SHOWN_KINDS)
+        printf("| the %d other kinds | %.2f | %.3f | %.3f | %.1f%% | %.1f | %.1f |\n",
+               n - SHOWN_KINDS, rest[3] / (double)tokens, rest[1] / 1e6 / (double)tokens,
+               1e3 * rest[0] / (double)tokens,
+               secs > 0 ? 100 * rest[0] / secs : 0.0, rest[0] > 0 ? rest[1] / rest[0] / 1e9 : 0.0,
+               rest[0] > 0 ? rest[2] / rest[0] / 1e9 : 0.0);
+    printf("| all products | | %.3f | %.3f | %.1f%% | %.1f | %.1f |\n",
+           bytes / 1e6 / (double)tokens, 1e3 * t / (double)tokens,
+           secs > 0 ? 100 * t / secs : 0.0, t > 0 ? bytes / t / 1e9 : 0.0,
+           t > 0 ? flops / t / 1e9 : 0.0);
+}
+
 /* --pipeline: every stage's counters at a phase boundary (snap[0]: its
  * layers only; rank 0's counters are the session's). */
 #define MAX_STAGES PIPELINE_MAX_RANKS
@@ -206,9 +257,17 @@ int cmd_bench(int argc, char **argv)
         goto out;
     ms_session_stats(s, &s0);
     int64_t wb0 = ms_weight_bytes_read();
+    static ms_product_stat pre_kinds[MAX_KINDS];
+    int n_pre = 0;
+    if (o.products)
+        ms_product_profile(1);
     if (ms_session_eval(s, ids, prompt, NULL, &err))
         goto out;
     ms_session_stats(s, &s1);
+    if (o.products) {
+        n_pre = ms_product_stats(pre_kinds, MAX_KINDS);
+        ms_product_profile(1);
+    }
     int64_t wb1 = ms_weight_bytes_read(), d1 = disk_busy_ms(cfg);
     if (stage_snap(p1, &err))
         goto out;
@@ -221,6 +280,12 @@ int cmd_bench(int argc, char **argv)
     }
     ms_session_stats(s, &s2);
     int64_t wb2 = ms_weight_bytes_read(), d2 = disk_busy_ms(cfg);
+    static ms_product_stat dec_kinds[MAX_KINDS];
+    int n_dec = 0;
+    if (o.products) {
+        n_dec = ms_product_stats(dec_kinds, MAX_KINDS);
+        ms_product_profile(0);
+    }
     if (stage_snap(p2, &err))
         goto out;
     if (sample_floor(&o, threads, &fl, &err))
@@ -297,6 +362,10 @@ int cmd_bench(int argc, char **argv)
         double per = (double)(s2.bytes_read - s1.bytes_read) / (double)n;
         snprintf(v, sizeof v, "%.1f ms/token", 1e3 * per / disk);
         row("decode IO floor (bytes/token / disk)", v);
+    }
+    if (o.products) {
+        print_products("prefill", prompt, s1.t_prefill - s0.t_prefill, pre_kinds, n_pre);
+        print_products("decode", n, s2.t_decode - s1.t_decode, dec_kinds, n_dec);
     }
     fflush(stdout);
     rc = 0;

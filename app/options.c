@@ -291,6 +291,8 @@ static const cli_opt opts[] = {
      0, NULL, "expert-sized reads of the disk measurement"},
     {"--floor", NULL, T_FLAG, G_MEASURE, B(CMD_BENCH), AT(floor), NULL, 0, 0, NULL, 0, NULL,
      "measure the memory bandwidth between phases; print decode's floor"},
+    {"--products", NULL, T_FLAG, G_MEASURE, B(CMD_BENCH), AT(products), NULL, 0, 0, NULL, 0,
+     NULL, "print each phase's time by kind of product: shape, ms/token, share, GB/s, GFLOP/s"},
     {"--budgets", NULL, T_STR, G_MEASURE, B(CMD_PLAN), AT(budgets), "SIZES", 0, 0, NULL, 0, NULL,
      "memory budgets to predict, like 4G,6G,8G (default: from the expert cache's least to "
      "the whole model)"},

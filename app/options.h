@@ -59,7 +59,7 @@ typedef struct cli_args {
     cli_list allow_host, cors;
     /* bench, plan, synth, replay */
     int64_t bench_prompt, context, disk, layers, shard_size, slots;
-    int floor, force;
+    int floor, force, products;
     const char *like, *synth_config, *budgets;
     const char *config_file;       /* the config file read, NULL when none */
     unsigned char given[CLI_MAX_OPTS]; /* per row: 0 default, 1 config file, 2 flag */

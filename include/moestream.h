@@ -627,6 +627,32 @@ int ms_compute_peak(int threads, int rounds, double *gflops, ms_error *err);
  * count, the bytes per token that a decode floor divides. */
 int64_t ms_weight_bytes_read(void);
 
+/* Where products' time goes, by kind of dispatch. While the profile is on
+ * (ms_product_profile(1), which also empties it), every dispatch of
+ * products (one or several matrices spread over the threads together: a
+ * layer's q, k and v, the experts of a layer, the lm_head) adds its wall
+ * time, its weight bytes (as ms_weight_bytes_read counts them) and its
+ * arithmetic to the row of its kind: its first matrix's format and shape,
+ * how many products it held, and the most tokens one of them took (5: five
+ * or more). A dispatch run beside another (the next layer's expert
+ * prediction, beside q, k and v) counts its own time too. Off (the
+ * default) a dispatch pays one relaxed load. Process-wide, like the
+ * threads. ms_product_stats copies up to `max` rows, in the order their
+ * kinds first came, and returns how many there are; past 96 kinds the last
+ * row, "other" with shape 0 x 0, takes the rest. */
+typedef struct ms_product_stat {
+    const char *format;    /* "bf16", "f16", "f32", "fp8_block", "mxfp4" */
+    int64_t rows, cols;    /* the dispatch's first matrix */
+    int products;          /* matrices in each dispatch */
+    int tokens;            /* the most tokens of one product; 5: five or more */
+    int64_t dispatches;
+    double seconds;        /* wall time of its dispatches */
+    int64_t weight_bytes;
+    double flops;          /* 2 per multiply-add */
+} ms_product_stat;
+void ms_product_profile(int on);
+int ms_product_stats(ms_product_stat *out, int max);
+
 /* ---- Tokenizer ------------------------------------------------------------------
  * Byte-level BPE read from MODEL_DIR/tokenizer.json, token-exact with the
  * Hugging Face tokenizers library's encode(text, add_special_tokens=False):

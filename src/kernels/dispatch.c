@@ -10,7 +10,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
+#include "base/clock.h"
 #include "base/pool.h"
 #include "kernels/internal.h"
 #include "moestream.h"
@@ -347,6 +349,74 @@ int64_t ms_weight_bytes_read(void)
     return atomic_load_explicit(&weight_bytes, memory_order_relaxed);
 }
 
+/* The product profile (moestream.h): one row per kind of dispatch, found
+ * by a linear search under a mutex, taken only while the profile is on (a
+ * dispatch takes ~10 us at least; the search and lock well under 1 us).
+ * Kinds past the table's size go into its last row, shape 0 x 0. */
+enum { PROFILE_ROWS = 96, PROFILE_TOKENS = 5 };
+static _Atomic int profiling;
+static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
+static ms_product_stat profile[PROFILE_ROWS];
+static int profile_rows;
+
+void ms_product_profile(int on)
+{
+    pthread_mutex_lock(&profile_lock);
+    memset(profile, 0, sizeof profile);
+    profile_rows = 0;
+    atomic_store_explicit(&profiling, on != 0, memory_order_relaxed);
+    pthread_mutex_unlock(&profile_lock);
+}
+
+int ms_product_stats(ms_product_stat *out, int max)
+{
+    pthread_mutex_lock(&profile_lock);
+    int n = profile_rows;
+    for (int i = 0; i < n && i < max; i++)
+        out[i] = profile[i];
+    pthread_mutex_unlock(&profile_lock);
+    return n;
+}
+
+/* Adds one dispatch of jobs[0..n) that took `seconds` to its row. */
+static void profile_add(const ms_matmul_job *jobs, int n, int64_t bytes, double seconds)
+{
+    const ms_mat *w = jobs[0].w;
+    int tokens = 0;
+    double flops = 0;
+    for (int j = 0; j < n; j++) {
+        tokens = jobs[j].n > tokens ? jobs[j].n : tokens;
+        flops += 2.0 * (double)jobs[j].w->rows * (double)jobs[j].w->cols * jobs[j].n;
+    }
+    ms_product_stat key = {.format = ms_wfmt_info[w->fmt].name, .rows = w->rows,
+                           .cols = w->cols, .products = n,
+                           .tokens = tokens < PROFILE_TOKENS ? tokens : PROFILE_TOKENS};
+    pthread_mutex_lock(&profile_lock);
+    int i = 0;
+    while (i < profile_rows &&
+           !(profile[i].format == key.format && profile[i].rows == key.rows &&
+             profile[i].cols == key.cols && profile[i].products == key.products &&
+             profile[i].tokens == key.tokens))
+        i++;
+    if (i == profile_rows) {
+        if (profile_rows == PROFILE_ROWS) {
+            i = PROFILE_ROWS - 1; /* the catch-all: whatever came last before */
+            profile[i] = (ms_product_stat){.format = "other", .dispatches = profile[i].dispatches,
+                                           .seconds = profile[i].seconds,
+                                           .weight_bytes = profile[i].weight_bytes,
+                                           .flops = profile[i].flops};
+        } else {
+            profile[i] = key;
+            profile_rows++;
+        }
+    }
+    profile[i].dispatches++;
+    profile[i].seconds += seconds;
+    profile[i].weight_bytes += bytes;
+    profile[i].flops += flops;
+    pthread_mutex_unlock(&profile_lock);
+}
+
 void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
 {
     int threads = ms_pool_threads();
@@ -362,7 +432,11 @@ void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
                      total > 0 ? (double)ms_mat_bytes(jobs[j0 + j].w) / (double)total : 1.0);
             n_tasks += m.p[j].n_tasks;
         }
+        int prof = atomic_load_explicit(&profiling, memory_order_relaxed);
+        double t0 = prof ? ms_now() : 0;
         ms_pool_run(n_tasks, many_task, &m);
+        if (prof && m.n > 0 && n_tasks > 0)
+            profile_add(jobs + j0, m.n, total, ms_now() - t0);
     }
 }
 
