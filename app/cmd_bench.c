@@ -132,7 +132,7 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
 /* --products: the kinds of product dispatched in a phase (`tokens` tokens
  * in `secs` seconds), the slowest first. */
 /* the table's rows; the slower rest in one line */
-enum { MAX_KINDS = 96, SHOWN_KINDS = 12 };
+enum { MAX_KINDS = 96, SHOWN_KINDS = 16 };
 
 static int by_seconds(const void *a, const void *b)
 {

@@ -203,16 +203,23 @@ static int64_t row_bytes(const ms_mat *w)
     return w->cols * ms_wfmt_info[w->fmt].bits / 8;
 }
 
+int64_t ms_rows_bytes(const ms_mat *w, int64_t r0, int64_t r1)
+{
+    int64_t bytes = (r1 - r0) * row_bytes(w);
+    const ms_wfmt_traits *t = &ms_wfmt_info[w->fmt];
+    if (r1 <= r0)
+        return 0;
+    if (t->scale == MS_SCALE_BLOCK)
+        bytes += ((r1 - 1) / w->block_rows - r0 / w->block_rows + 1) *
+                 ms_ceil_div(w->cols, w->block_cols) * ms_dtype_size(w->scale_dtype);
+    else if (t->scale == MS_SCALE_GROUP)
+        bytes += (r1 - r0) * (w->cols / t->group); /* one e8m0 byte per group */
+    return bytes;
+}
+
 int64_t ms_mat_bytes(const ms_mat *w)
 {
-    int64_t bytes = w->rows * row_bytes(w);
-    const ms_wfmt_traits *t = &ms_wfmt_info[w->fmt];
-    if (t->scale == MS_SCALE_BLOCK)
-        bytes += ms_ceil_div(w->rows, w->block_rows) * ms_ceil_div(w->cols, w->block_cols) *
-                 ms_dtype_size(w->scale_dtype);
-    else if (t->scale == MS_SCALE_GROUP)
-        bytes += w->rows * (w->cols / t->group); /* one e8m0 byte per group */
-    return bytes;
+    return ms_rows_bytes(w, 0, w->rows);
 }
 
 /* For FP8 with an F32 scale the product is rounded to float once; with BF16
@@ -378,18 +385,13 @@ int ms_product_stats(ms_product_stat *out, int max)
     return n;
 }
 
-/* Adds one dispatch of jobs[0..n) that took `seconds` to its row. */
-static void profile_add(const ms_matmul_job *jobs, int n, int64_t bytes, double seconds)
+/* Adds one dispatch to the row of its kind: `products` products, the first
+ * of format f and shape rows x cols, the most tokens of one `tokens`. */
+static void profile_add(ms_wfmt f, int64_t rows, int64_t cols, int products, int tokens,
+                        int64_t bytes, double flops, double seconds)
 {
-    const ms_mat *w = jobs[0].w;
-    int tokens = 0;
-    double flops = 0;
-    for (int j = 0; j < n; j++) {
-        tokens = jobs[j].n > tokens ? jobs[j].n : tokens;
-        flops += 2.0 * (double)jobs[j].w->rows * (double)jobs[j].w->cols * jobs[j].n;
-    }
-    ms_product_stat key = {.format = ms_wfmt_info[w->fmt].name, .rows = w->rows,
-                           .cols = w->cols, .products = n,
+    ms_product_stat key = {.format = ms_wfmt_info[f].name, .rows = rows, .cols = cols,
+                           .products = products,
                            .tokens = tokens < PROFILE_TOKENS ? tokens : PROFILE_TOKENS};
     pthread_mutex_lock(&profile_lock);
     int i = 0;
@@ -417,6 +419,20 @@ static void profile_add(const ms_matmul_job *jobs, int n, int64_t bytes, double 
     pthread_mutex_unlock(&profile_lock);
 }
 
+int ms_products_timing(void)
+{
+    return atomic_load_explicit(&profiling, memory_order_relaxed);
+}
+
+void ms_products_note(const ms_mat *w, int64_t rows, int products, int tokens, int64_t bytes,
+                      double seconds)
+{
+    atomic_fetch_add_explicit(&weight_bytes, bytes, memory_order_relaxed);
+    if (ms_products_timing())
+        profile_add(w->fmt, rows, w->cols, products, tokens, bytes,
+                    2.0 * (double)rows * (double)w->cols * tokens * products, seconds);
+}
+
 void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
 {
     int threads = ms_pool_threads();
@@ -435,8 +451,17 @@ void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
         int prof = atomic_load_explicit(&profiling, memory_order_relaxed);
         double t0 = prof ? ms_now() : 0;
         ms_pool_run(n_tasks, many_task, &m);
-        if (prof && m.n > 0 && n_tasks > 0)
-            profile_add(jobs + j0, m.n, total, ms_now() - t0);
+        if (prof && m.n > 0 && n_tasks > 0) {
+            int tokens = 0;
+            double flops = 0;
+            for (int j = 0; j < m.n; j++) {
+                const ms_matmul_job *b = &jobs[j0 + j];
+                tokens = b->n > tokens ? b->n : tokens;
+                flops += 2.0 * (double)b->w->rows * (double)b->w->cols * b->n;
+            }
+            profile_add(jobs[j0].w->fmt, jobs[j0].w->rows, jobs[j0].w->cols, m.n, tokens,
+                        total, flops, ms_now() - t0);
+        }
     }
 }
 

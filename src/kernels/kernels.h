@@ -259,7 +259,18 @@ double ms_fma_peak(int64_t iters, int threads);
 /* Exact scalar decode of one weight element (test oracle helper). */
 float ms_mat_get(const ms_mat *w, int64_t r, int64_t c);
 
-/* Bytes of weight data (and scales) a full pass over w reads. */
+/* Bytes of weight data (and scales) a full pass over w reads; over its
+ * rows [r0, r1) (the scales of the block rows they touch). */
 int64_t ms_mat_bytes(const ms_mat *w);
+int64_t ms_rows_bytes(const ms_mat *w, int64_t r0, int64_t r1);
+
+/* Products that run outside ms_matmul_many (MLA's per-head products, each
+ * over a row range of its matrix) counted as one dispatch of `products`
+ * products of `rows` x w->cols, `tokens` tokens each: `bytes` go to
+ * ms_weight_bytes_read and, while the product profile is on (then
+ * ms_products_timing() is 1, else 0), `seconds` to the row of their kind. */
+int ms_products_timing(void);
+void ms_products_note(const ms_mat *w, int64_t rows, int products, int tokens, int64_t bytes,
+                      double seconds);
 
 #endif

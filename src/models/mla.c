@@ -167,6 +167,21 @@ static void head_rows_task(void *ctx, int64_t h, int worker)
                                j->ldy, r0, r0 + j->n_rows);
 }
 
+/* The heads' products in one dispatch, counted as one (their weight bytes,
+ * and the product profile's row of their kind). */
+static void run_heads(const head_rows *j, int64_t H)
+{
+    double t0 = ms_products_timing() ? ms_now() : 0;
+    ms_pool_run(H, head_rows_task, (void *)j);
+    int64_t bytes = 0;
+    for (int64_t h = 0; h < H; h++) {
+        const ms_mat *w = j->per_head_mat ? &j->mats[h] : j->mats;
+        int64_t r0 = j->r0 + h * j->r_step;
+        bytes += ms_rows_bytes(w, r0, r0 + j->n_rows);
+    }
+    ms_products_note(j->mats, j->n_rows, (int)H, j->n, bytes, t0 ? ms_now() - t0 : 0);
+}
+
 /* qcat[t][h] = [W_UK_h^T q_nope[t][h] | q_rope[t][h]]: one product per head
  * over all n positions, heads in parallel. */
 static void absorb_q(const ms_mla *a, const float *q, int64_t n, float *qp, float *qcat)
@@ -184,7 +199,7 @@ static void absorb_q(const ms_mla *a, const float *q, int64_t n, float *qp, floa
         }
     head_rows j = {.mats = a->uk_t, .per_head_mat = 1, .X = qp, .x_step = P, .ldx = H * P,
                    .Y = qcat, .y_step = row, .ldy = H * row, .n_rows = a->kv_lora, .n = (int)n};
-    ms_pool_run(H, head_rows_task, &j);
+    run_heads(&j, H);
 }
 
 /* vout[t][h] = W_UV_h olat[t][h]: the v rows of kv_b, heads in parallel. */
@@ -193,7 +208,7 @@ static void absorb_out(const ms_mla *a, const float *olat, int64_t n, float *kvb
     int64_t H = a->n_heads, kvl = a->kv_lora, hv = (int64_t)a->nope + a->v;
     head_rows j = {.mats = &a->wkv_b, .X = olat, .x_step = kvl, .ldx = H * kvl, .Y = kvb,
                    .ldy = H * hv, .r0 = a->nope, .r_step = hv, .n_rows = a->v, .n = (int)n};
-    ms_pool_run(H, head_rows_task, &j);
+    run_heads(&j, H);
     for (int64_t t = 0; t < n; t++)
         for (int64_t h = 0; h < H; h++)
             memcpy(vout + (t * H + h) * a->v, kvb + t * H * hv + h * hv + a->nope,

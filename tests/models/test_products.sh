@@ -8,8 +8,10 @@
 # bytes per token as the headers size its matrices (MXFP4 blocks with
 # their scales, a routed expert's share of a stacked tensor). And the
 # prefill's attention and head, whose tokens the kind names. For gpt_oss
-# (MXFP4 experts stacked in one tensor a layer) and qwen3_moe (BF16
-# experts, gate and up apart).
+# (MXFP4 experts stacked in one tensor a layer), qwen3_moe (BF16 experts,
+# gate and up apart, a dense MLP layer) and deepseek_v3 (FP8; MLA's kv_b
+# absorbed into products per head, run outside the shared dispatch: their
+# bytes must reach the profile and the decode floor's count too).
 # Env: MS_BIN, MS_TMP.
 set -u
 cd "$(dirname "$0")/../.."
@@ -47,14 +49,60 @@ def add(key, count, nb, hi=None):
     if key in want:
         sys.exit("bad: the oracle's kinds collide at %s (choose other dims)" % (key,))
     want[key] = [(count, hi if hi is not None else count), nb]
-a = "model.layers.%d.self_attn.%s_proj.weight"
-q, kk, v, o = (a % (0, p) for p in "qkvo")
-fa = fmt_of[hdr[q]["dtype"]]
-add((fa, shape(q)[0], shape(q)[1], 3, 1), L, nbytes(q) + nbytes(kk) + nbytes(v))
-add((fa, shape(o)[0], shape(o)[1], 1, 1), L, nbytes(o))
+def mat(name):  # (format, rows, cols, bytes with the scales)
+    s = name.replace(".weight", ".weight_scale_inv")
+    f = "fp8_block" if hdr[name]["dtype"] == "F8_E4M3" else fmt_of[hdr[name]["dtype"]]
+    return f, shape(name)[0], shape(name)[1], nbytes(name) + (nbytes(s) if s in hdr else 0)
+def add_mats(names, count, products=None):
+    f, r, cc, _ = mat(names[0])
+    add((f, r, cc, products or len(names), 1), count, sum(mat(x)[3] for x in names))
+a = "model.layers.0.self_attn.%s_proj.weight"
 head = "lm_head.weight"
-add((fmt_of[hdr[head]["dtype"]], shape(head)[0], shape(head)[1], 1, 1), 1, nbytes(head))
-if c["model_type"] == "gpt_oss":
+add_mats([head], 1)
+if c["model_type"] == "deepseek_v3":
+    # MLA: q_a and kv_a in one dispatch, q_b, o; kv_b absorbed into a
+    # product per head on each side of the attention: its key rows
+    # transposed (each head's rows realigned to a scale block, so its pad
+    # columns are read too: bounded below), then its value rows
+    H, nope, vd, kvl = (c[x] for x in ("num_attention_heads", "qk_nope_head_dim",
+                                         "v_head_dim", "kv_lora_rank"))
+    add_mats([a % "q_a", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"], L)
+    add_mats([a % "q_b"], L)
+    add_mats([a % "o"], L)
+    kvb = a % "kv_b"
+    f = mat(kvb)[0]
+    br, bc = c["quantization_config"]["weight_block_size"]
+    vb = 0
+    for h in range(H):
+        r0 = h * (nope + vd) + nope
+        vb += vd * kvl + ((r0 + vd - 1) // br - r0 // br + 1) * (-(-kvl // bc)) * 4
+    add((f, vd, kvl, H, 1), L, vb)
+    uk_low = H * nope * kvl
+    uk = (f, kvl, nope, H, 1)
+    first = c["first_k_dense_replace"]
+    moe = L - first
+    m = "model.layers.0.mlp.%s_proj.weight"
+    if first:
+        add_mats([m % "gate", m % "up"], first)
+        add_mats([m % "down"], first)
+    x = "model.layers.%d.mlp.experts.0.%%s_proj.weight" % first
+    gf, gr, gc, gb = mat(x % "gate")
+    add((gf, gr, gc, 2 * k, 1), moe, k * (gb + mat(x % "up")[3]))
+    df, dr, dc, db = mat(x % "down")
+    add((df, dr, dc, k, 1), moe, k * db)
+    sh = "model.layers.%d.mlp.shared_experts.%%s_proj.weight" % first
+    add_mats([sh % "gate", sh % "up"], moe)
+    add_mats([sh % "down"], moe)
+    r = "model.layers.%d.mlp.gate.weight" % first
+else:
+    uk = None
+    q, kk, v, o = (a % p for p in "qkvo")
+    fa = fmt_of[hdr[q]["dtype"]]
+    add((fa, shape(q)[0], shape(q)[1], 3, 1), L, nbytes(q) + nbytes(kk) + nbytes(v))
+    add((fa, shape(o)[0], shape(o)[1], 1, 1), L, nbytes(o))
+if c["model_type"] == "deepseek_v3":
+    pass  # its MLP and experts above
+elif c["model_type"] == "gpt_oss":
     E = c["num_local_experts"]
     r = "model.layers.0.mlp.router.weight"
     e = "model.layers.0.mlp.experts.%s_proj_%s"
@@ -123,35 +171,61 @@ for key, ((lo, hi), nb) in want.items():
             (key + (mb, nb * count / N / 1e6)))
     else:
         print("ok: %s %d x %d, %d, %d: %.2f a token, %.3f MB/token" % (key + (per, mb)))
+uk_mb = 0
+if uk:
+    if uk not in dec:
+        bad("decode: no row %s %d x %d, %d, %d (MLA's key side)" % uk)
+    else:
+        per, uk_mb = dec[uk]
+        hi = (uk_low + H * (br - 1) * kvl + H * 2 * 4 * (-(-kvl // bc))) / 1e6
+        if round(per * N) != L * N or not (uk_low / 1e6 - 0.0006 <= uk_mb <= hi * L + 0.0006):
+            bad("decode: MLA's key side %.2f a token, %.3f MB/token: expected %d, %.4f-%.4f" %
+                (per, uk_mb, L, uk_low * L / 1e6, hi * L))
+        else:
+            print("ok: %s %d x %d, %d, %d: %.2f a token, %.3f MB/token" % (uk + (per, uk_mb)))
 for key in dec:
-    if key not in want:
+    if key not in want and key != uk:
         bad("decode: a kind the count does not know: %s %d x %d, %d, %d" % key)
-expected_total = sum(nb * round(dec[key][0] * N) / N for key, (_, nb) in want.items() if key in dec) / 1e6
+expected_total = uk_mb + sum(nb * round(dec[key][0] * N) / N for key, (_, nb) in want.items() if key in dec) / 1e6
 if abs(total - expected_total) > 0.002:
     bad("decode: all products %.3f MB/token, the kinds' sum %.3f" % (total, expected_total))
 # the prefill: its attention takes the whole prompt (tokens P, once a layer),
 # its head only the last position
 pre, _ = table("prefill")
-for key, per in (((fa, shape(q)[0], shape(q)[1], 3, min(P, 5)), L / P),
+att = [k2 for k2 in want if k2[1:4] == (mat(a % ("q_a" if uk else "q"))[1:3] + (2 if uk else 3,))]
+for key, per in (((att[0][0],) + att[0][1:4] + (min(P, 5),), L / P),
                  ((fmt_of[hdr[head]["dtype"]], shape(head)[0], shape(head)[1], 1, 1), 1 / P)):
     if key not in pre or abs(pre[key][0] - per) > 0.006:
         bad("prefill: %s %d x %d, %d, %d: %s dispatches a token, expected %.2f" %
             (key + (pre[key][0] if key in pre else "none", per)))
     else:
         print("ok: prefill %s %d x %d, %d, %d: %.2f a token" % (key + (pre[key][0],)))
+# with --floor, the decode's weight bytes (the floor's numerator) are the
+# products' total
+for line in open(out):
+    if line.startswith("| decode: weight bytes read"):
+        fb = float(line.split("|")[2].split()[0])
+        if abs(fb - total) > 0.06:
+            bad("decode: the floor counts %.1f MB/token, the products %.3f" % (fb, total))
+        else:
+            print("ok: the floor's %.1f MB/token are the products' %.3f" % (fb, total))
 sys.exit(0 if ok else 1)
 PY
 }
 
-G=$W/gpt_oss Q=$W/qwen3
+G=$W/gpt_oss Q=$W/qwen3 D=$W/deepseek
 $PY tools/tinyckpt/gpt_oss.py --out "$G" --preset tiny2 --seed 7 >/dev/null 2>&1 ||
   fail products_setup "gpt_oss tiny2 checkpoint not written"
 $PY tools/tinyckpt/qwen3_moe.py --out "$Q" --preset tiny2 --seed 7 >/dev/null 2>&1 ||
   fail products_setup "qwen3_moe tiny2 checkpoint not written"
+$PY tools/tinyckpt/deepseek_v3.py --out "$D" --preset tiny2 --seed 7 >/dev/null 2>&1 ||
+  fail products_setup "deepseek_v3 tiny2 checkpoint not written"
 
-for m in gpt_oss:$G qwen3_moe:$Q; do
+for m in gpt_oss:$G qwen3_moe:$Q deepseek_v3:$D; do
   name=${m%%:*} dir=${m#*:}
-  if ! "$BIN" bench "$dir" --prompt $P -n $N --products >"$W/$name.out" 2>"$W/$name.err"; then
+  floor=
+  [ "$name" = deepseek_v3 ] && floor=--floor # MLA's products per head, counted apart
+  if ! "$BIN" bench "$dir" --prompt $P -n $N --products $floor >"$W/$name.out" 2>"$W/$name.err"; then
     fail "products_$name" "bench failed: $(tail -2 "$W/$name.err" | tr '\n' ' ')"
     continue
   fi
