@@ -129,9 +129,8 @@ static void print_phase(const char *name, int64_t tokens, double secs, const ms_
     }
 }
 
-/* --products: the kinds of product dispatched in a phase (`tokens` tokens
- * in `secs` seconds), the slowest first. */
-/* the table's rows; the slower rest in one line */
+/* --products: the kinds of product dispatched in a phase, the slowest
+ * first; past SHOWN_KINDS the rest in one line. */
 enum { MAX_KINDS = 96, SHOWN_KINDS = 16 };
 
 static int by_seconds(const void *a, const void *b)
@@ -140,7 +139,30 @@ static int by_seconds(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static void print_products(const char *name, int64_t tokens, double secs, ms_product_stat *k,
+/* One line of the table: `what`, per token of the phase (`tokens` tokens
+ * in `phase` seconds) its dispatches (none: < 0), bytes and time, its
+ * share of the phase and its rates. */
+static void product_line(const char *what, double dispatches, double bytes, double secs,
+                         double flops, int64_t tokens, double phase)
+{
+    char d[32] = "";
+    if (dispatches >= 0)
+        snprintf(d, sizeof d, "%.2f", dispatches / (double)tokens);
+    printf("| %s | %s | %.3f | %.3f | %.1f%% | %.1f | %.1f |\n", what, d,
+           bytes / 1e6 / (double)tokens, 1e3 * secs / (double)tokens,
+           phase > 0 ? 100 * secs / phase : 0.0, secs > 0 ? bytes / secs / 1e9 : 0.0,
+           secs > 0 ? flops / secs / 1e9 : 0.0);
+}
+
+static void add_kind(ms_product_stat *sum, const ms_product_stat *k)
+{
+    sum->dispatches += k->dispatches;
+    sum->weight_bytes += k->weight_bytes;
+    sum->seconds += k->seconds;
+    sum->flops += k->flops;
+}
+
+static void print_products(const char *name, int64_t tokens, double phase, ms_product_stat *k,
                            int n)
 {
     n = n < MAX_KINDS ? n : MAX_KINDS;
@@ -149,35 +171,27 @@ static void print_products(const char *name, int64_t tokens, double secs, ms_pro
            "| dispatches/token | MB/token | ms/token | share | GB/s | GFLOP/s |\n"
            "|---|---|---|---|---|---|---|\n",
            name, pipeline_stages() ? " (this process's layers)" : "");
-    double t = 0, bytes = 0, flops = 0, rest[4] = {0};
+    ms_product_stat rest = {0}, all = {0};
     for (int i = 0; i < n; i++) {
-        double s = k[i].seconds;
-        if (i < SHOWN_KINDS)
-            printf("| %s %lld x %lld, %d, %d | %.2f | %.3f | %.3f | %.1f%% | %.1f | %.1f |\n",
-                   k[i].format, (long long)k[i].rows, (long long)k[i].cols, k[i].products,
-                   k[i].tokens, (double)k[i].dispatches / (double)tokens,
-                   (double)k[i].weight_bytes / 1e6 / (double)tokens, 1e3 * s / (double)tokens, secs > 0 ? 100 * s / secs : 0.0,
-                   s > 0 ? k[i].weight_bytes / s / 1e9 : 0.0, s > 0 ? k[i].flops / s / 1e9 : 0.0);
-        else {
-            rest[0] += s;
-            rest[1] += (double)k[i].weight_bytes;
-            rest[2] += k[i].flops;
-            rest[3] += (double)k[i].dispatches;
+        add_kind(&all, &k[i]);
+        if (i >= SHOWN_KINDS) {
+            add_kind(&rest, &k[i]);
+            continue;
         }
-        t += s;
-        bytes += (double)k[i].weight_bytes;
-        flops += k[i].flops;
+        char what[128];
+        snprintf(what, sizeof what, "%s %lld x %lld, %d, %d", k[i].format, (long long)k[i].rows,
+                 (long long)k[i].cols, k[i].products, k[i].tokens);
+        product_line(what, (double)k[i].dispatches, (double)k[i].weight_bytes, k[i].seconds,
+                     k[i].flops, tokens, phase);
     }
-    if (n > SHOWN_KINDS)
-        printf("| the %d other kinds | %.2f | %.3f | %.3f | %.1f%% | %.1f | %.1f |\n",
-               n - SHOWN_KINDS, rest[3] / (double)tokens, rest[1] / 1e6 / (double)tokens,
-               1e3 * rest[0] / (double)tokens,
-               secs > 0 ? 100 * rest[0] / secs : 0.0, rest[0] > 0 ? rest[1] / rest[0] / 1e9 : 0.0,
-               rest[0] > 0 ? rest[2] / rest[0] / 1e9 : 0.0);
-    printf("| all products | | %.3f | %.3f | %.1f%% | %.1f | %.1f |\n",
-           bytes / 1e6 / (double)tokens, 1e3 * t / (double)tokens,
-           secs > 0 ? 100 * t / secs : 0.0, t > 0 ? bytes / t / 1e9 : 0.0,
-           t > 0 ? flops / t / 1e9 : 0.0);
+    if (n > SHOWN_KINDS) {
+        char what[64];
+        snprintf(what, sizeof what, "the %d other kinds", n - SHOWN_KINDS);
+        product_line(what, (double)rest.dispatches, (double)rest.weight_bytes, rest.seconds,
+                     rest.flops, tokens, phase);
+    }
+    product_line("all products", -1, (double)all.weight_bytes, all.seconds, all.flops, tokens,
+                 phase);
 }
 
 /* --pipeline: every stage's counters at a phase boundary (snap[0]: its

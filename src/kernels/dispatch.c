@@ -359,7 +359,9 @@ int64_t ms_weight_bytes_read(void)
 /* The product profile (moestream.h): one row per kind of dispatch, found
  * by a linear search under a mutex, taken only while the profile is on (a
  * dispatch takes ~10 us at least; the search and lock well under 1 us).
- * Kinds past the table's size go into its last row, shape 0 x 0. */
+ * When a kind comes with the table full, its last row becomes "other"
+ * (shape 0 x 0, keeping its counts) and takes that kind and every later
+ * new one. */
 enum { PROFILE_ROWS = 96, PROFILE_TOKENS = 5 };
 static _Atomic int profiling;
 static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -402,7 +404,7 @@ static void profile_add(ms_wfmt f, int64_t rows, int64_t cols, int products, int
         i++;
     if (i == profile_rows) {
         if (profile_rows == PROFILE_ROWS) {
-            i = PROFILE_ROWS - 1; /* the catch-all: whatever came last before */
+            i = PROFILE_ROWS - 1;
             profile[i] = (ms_product_stat){.format = "other", .dispatches = profile[i].dispatches,
                                            .seconds = profile[i].seconds,
                                            .weight_bytes = profile[i].weight_bytes,
