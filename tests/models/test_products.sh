@@ -4,7 +4,8 @@
 # count made here from config.json and the safetensors headers alone: per
 # decoded token, one q/k/v dispatch and one o_proj per layer, the top-k
 # experts' first and second products per MoE layer, one lm_head, a router
-# per layer (and up to one prediction of the next layer's); each kind's
+# per MoE layer and up to one prediction of the next MoE layer's from each
+# layer before it; each kind's
 # bytes per token as the headers size its matrices (MXFP4 blocks with
 # their scales, a routed expert's share of a stacked tensor). And the
 # prefill's attention and head, whose tokens the kind names. For gpt_oss
@@ -53,24 +54,25 @@ def mat(name):  # (format, rows, cols, bytes with the scales)
     s = name.replace(".weight", ".weight_scale_inv")
     f = "fp8_block" if hdr[name]["dtype"] == "F8_E4M3" else fmt_of[hdr[name]["dtype"]]
     return f, shape(name)[0], shape(name)[1], nbytes(name) + (nbytes(s) if s in hdr else 0)
-def add_mats(names, count, products=None):
+def add_mats(names, count):  # one dispatch of these matrices; returns its kind
     f, r, cc, _ = mat(names[0])
-    add((f, r, cc, products or len(names), 1), count, sum(mat(x)[3] for x in names))
+    add((f, r, cc, len(names), 1), count, sum(mat(x)[3] for x in names))
+    return (f, r, cc, len(names), 1)
 a = "model.layers.0.self_attn.%s_proj.weight"
 head = "lm_head.weight"
 add_mats([head], 1)
+uk = None
 if c["model_type"] == "deepseek_v3":
     # MLA: q_a and kv_a in one dispatch, q_b, o; kv_b absorbed into a
     # product per head on each side of the attention: its key rows
     # transposed (each head's rows realigned to a scale block, so its pad
-    # columns are read too: bounded below), then its value rows
+    # columns are read too: its bytes are bounded), then its value rows
     H, nope, vd, kvl = (c[x] for x in ("num_attention_heads", "qk_nope_head_dim",
                                          "v_head_dim", "kv_lora_rank"))
-    add_mats([a % "q_a", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"], L)
+    att = add_mats([a % "q_a", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"], L)
     add_mats([a % "q_b"], L)
     add_mats([a % "o"], L)
-    kvb = a % "kv_b"
-    f = mat(kvb)[0]
+    f = mat(a % "kv_b")[0]
     br, bc = c["quantization_config"]["weight_block_size"]
     vb = 0
     for h in range(H):
@@ -79,6 +81,8 @@ if c["model_type"] == "deepseek_v3":
     add((f, vd, kvl, H, 1), L, vb)
     uk_low = H * nope * kvl
     uk = (f, kvl, nope, H, 1)
+    # the first_k_dense_replace layers have a dense MLP, the rest experts
+    # (k routed, gate and up apart) and shared experts
     first = c["first_k_dense_replace"]
     moe = L - first
     m = "model.layers.0.mlp.%s_proj.weight"
@@ -94,15 +98,9 @@ if c["model_type"] == "deepseek_v3":
     add_mats([sh % "gate", sh % "up"], moe)
     add_mats([sh % "down"], moe)
     r = "model.layers.%d.mlp.gate.weight" % first
-else:
-    uk = None
-    q, kk, v, o = (a % p for p in "qkvo")
-    fa = fmt_of[hdr[q]["dtype"]]
-    add((fa, shape(q)[0], shape(q)[1], 3, 1), L, nbytes(q) + nbytes(kk) + nbytes(v))
-    add((fa, shape(o)[0], shape(o)[1], 1, 1), L, nbytes(o))
-if c["model_type"] == "deepseek_v3":
-    pass  # its MLP and experts above
 elif c["model_type"] == "gpt_oss":
+    att = add_mats([a % "q", a % "k", a % "v"], L)
+    add_mats([a % "o"], L)
     E = c["num_local_experts"]
     r = "model.layers.0.mlp.router.weight"
     e = "model.layers.0.mlp.experts.%s_proj_%s"
@@ -113,6 +111,8 @@ elif c["model_type"] == "gpt_oss":
         k * (nbytes(e % ("down", "blocks")) + nbytes(e % ("down", "scales"))) // E)
     moe = L
 else:
+    att = add_mats([a % "q", a % "k", a % "v"], L)
+    add_mats([a % "o"], L)
     # layers listed in mlp_only_layers have a dense MLP (gate and up in one
     # dispatch, then down)
     moe_layers = [l for l in range(L) if "model.layers.%d.mlp.gate.weight" % l in hdr]
@@ -125,10 +125,8 @@ else:
     add((fe, shape(dn)[0], shape(dn)[1], k, 1), moe, k * nbytes(dn))
     if dense:
         m = "model.layers.%d.mlp.%%s_proj.weight" % dense[0]
-        add((fmt_of[hdr[m % "gate"]["dtype"]], shape(m % "gate")[0], shape(m % "gate")[1], 2, 1),
-            len(dense), nbytes(m % "gate") + nbytes(m % "up"))
-        add((fmt_of[hdr[m % "down"]["dtype"]], shape(m % "down")[0], shape(m % "down")[1], 1, 1),
-            len(dense), nbytes(m % "down"))
+        add_mats([m % "gate", m % "up"], len(dense))
+        add_mats([m % "down"], len(dense))
 # each MoE layer's routing, and at most one prediction of the next MoE
 # layer from each layer before it
 add((fmt_of[hdr[r]["dtype"]], shape(r)[0], shape(r)[1], 1, 1), moe, nbytes(r), moe + L - 1)
@@ -192,8 +190,7 @@ if abs(total - expected_total) > 0.002:
 # the prefill: its attention takes the whole prompt (tokens P, once a layer),
 # its head only the last position
 pre, _ = table("prefill")
-att = [k2 for k2 in want if k2[1:4] == (mat(a % ("q_a" if uk else "q"))[1:3] + (2 if uk else 3,))]
-for key, per in (((att[0][0],) + att[0][1:4] + (min(P, 5),), L / P),
+for key, per in ((att[:4] + (min(P, 5),), L / P),
                  ((fmt_of[hdr[head]["dtype"]], shape(head)[0], shape(head)[1], 1, 1), 1 / P)):
     if key not in pre or abs(pre[key][0] - per) > 0.006:
         bad("prefill: %s %d x %d, %d, %d: %s dispatches a token, expected %.2f" %
