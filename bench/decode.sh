@@ -73,17 +73,21 @@ for m in "${models[@]}"; do
     done
   done
 done
+# "min / median / max" of the values given (the median: the lower middle)
+mmm() {
+  local v n
+  v=$(printf '%s\n' "$@" | grep . | sort -g | tr '\n' ' ')
+  set -- $v
+  n=$#
+  if [ "$n" -eq 0 ]; then echo "- / - / -"; return; fi
+  echo "$1 / $(echo $v | cut -d' ' -f$(( (n + 1) / 2 ))) / ${!n}"
+}
 echo
 echo "min / median / max of x floor and of decode ms/token:"
 awk -F'|' '{ k = $2 "|" $3 "|" $10; gsub(/ /, "", k); x[k] = x[k] " " $9; d[k] = d[k] " " $5 }
   END { for (k in x) print k, x[k], "#", d[k] }' "$out" | sort |
   while read -r k rest; do
-    xs=$(echo "${rest%%#*}" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')
-    ds=$(echo "${rest#*#}" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')
-    [ -n "$xs" ] || xs="- "
-    set -- $xs; n=$#; xmin=$1; xmed=$(echo $xs | cut -d' ' -f$(( (n + 1) / 2 ))); xmax=${!n}
-    set -- $ds; dmin=$1; dmed=$(echo $ds | cut -d' ' -f$(( (n + 1) / 2 ))); dmax=${!n}
-    printf "  %-34s x floor %s / %s / %s   decode %s / %s / %s ms\n" "$k" "$xmin" "$xmed" "$xmax" "$dmin" "$dmed" "$dmax"
+    printf "  %-34s x floor %s   decode %s ms\n" "$k" "$(mmm ${rest%%#*})" "$(mmm ${rest#*#})"
   done
 # A run whose stream sample caught a slow moment gets a long floor and a
 # flattering ratio; judged against the best stream of the whole invocation
@@ -95,7 +99,5 @@ awk -F'|' 'NR == FNR { t = $3; gsub(/ /, "", t); if ($6 + 0 > best[t]) best[t] =
     if ($7 + 0 > 0 && best[t] > 0) { x[k] = x[k] " " sprintf("%.2f", $5 / ($7 / best[t])); bw[k] = best[t] } }
   END { for (k in x) print k, bw[k], x[k] }' "$out" "$out" | sort |
   while read -r k bw rest; do
-    xs=$(echo "$rest" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')
-    set -- $xs; n=$#; xmed=$(echo $xs | cut -d' ' -f$(( (n + 1) / 2 )))
-    printf "  %-34s x floor %s / %s / %s at %s GB/s\n" "$k" "$1" "$xmed" "${!n}" "$bw"
+    printf "  %-34s x floor %s at %s GB/s\n" "$k" "$(mmm $rest)" "$bw"
   done

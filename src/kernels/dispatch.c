@@ -205,10 +205,10 @@ static int64_t row_bytes(const ms_mat *w)
 
 int64_t ms_rows_bytes(const ms_mat *w, int64_t r0, int64_t r1)
 {
-    int64_t bytes = (r1 - r0) * row_bytes(w);
-    const ms_wfmt_traits *t = &ms_wfmt_info[w->fmt];
     if (r1 <= r0)
         return 0;
+    int64_t bytes = (r1 - r0) * row_bytes(w);
+    const ms_wfmt_traits *t = &ms_wfmt_info[w->fmt];
     if (t->scale == MS_SCALE_BLOCK)
         bytes += ((r1 - 1) / w->block_rows - r0 / w->block_rows + 1) *
                  ms_ceil_div(w->cols, w->block_cols) * ms_dtype_size(w->scale_dtype);
@@ -450,7 +450,7 @@ void ms_matmul_many(const ms_matmul_job *jobs, int n_jobs)
                      total > 0 ? (double)ms_mat_bytes(jobs[j0 + j].w) / (double)total : 1.0);
             n_tasks += m.p[j].n_tasks;
         }
-        int prof = atomic_load_explicit(&profiling, memory_order_relaxed);
+        int prof = ms_products_timing();
         double t0 = prof ? ms_now() : 0;
         ms_pool_run(n_tasks, many_task, &m);
         if (prof && m.n > 0 && n_tasks > 0) {
