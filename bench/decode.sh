@@ -21,6 +21,7 @@
 # int8 is llama.cpp's own arithmetic for MXFP4 weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 PROMPT=${PROMPT:-64}
 N=${N:-32}
@@ -73,15 +74,6 @@ for m in "${models[@]}"; do
     done
   done
 done
-# "min / median / max" of the values given (the median: the lower middle)
-mmm() {
-  local v n
-  v=$(printf '%s\n' "$@" | grep . | sort -g | tr '\n' ' ')
-  set -- $v
-  n=$#
-  if [ "$n" -eq 0 ]; then echo "- / - / -"; return; fi
-  echo "$1 / $(echo $v | cut -d' ' -f$(( (n + 1) / 2 ))) / ${!n}"
-}
 echo
 echo "min / median / max of x floor and of decode ms/token:"
 awk -F'|' '{ k = $2 "|" $3 "|" $10; gsub(/ /, "", k); x[k] = x[k] " " $9; d[k] = d[k] " " $5 }
