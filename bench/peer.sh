@@ -10,7 +10,7 @@
 # floor of the same round (bytes read per token, counted by moestream, over
 # the best read stream that moestream's --floor sampled in that round).
 #
-#   bench/peer.sh MODEL_DIR          a gpt_oss checkpoint, e.g. /tmp/synth/gpt-oss-20b
+#   bench/peer.sh MODEL_DIR          a gpt_oss or qwen3_moe checkpoint, e.g. /tmp/synth/gpt-oss-20b
 #
 # Env: ROUNDS (3), PROMPT (64), N (32), THREADS ("2 1"), PRECISIONS ("exact
 # int8": moestream's; int8 is llama.cpp's arithmetic for MXFP4), GGUF (default

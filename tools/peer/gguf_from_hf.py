@@ -1,15 +1,16 @@
 #!/usr/bin/python3
-"""gguf_from_hf.py: a gpt_oss checkpoint folder as downloaded (config.json,
-safetensors shards, the index) written as one GGUF file that llama.cpp loads,
-with the very same weights: BF16 tensors stay BF16, MXFP4 experts stay MXFP4
+"""gguf_from_hf.py: a gpt_oss or qwen3_moe checkpoint folder as downloaded
+(config.json, safetensors shards, the index) written as one GGUF file that
+llama.cpp loads, with the very same weights: BF16 tensors stay BF16, MXFP4 experts stay MXFP4
 (repacked into ggml's 17-byte blocks, every code and scale byte kept), 1-D
 tensors (norms, biases, sinks) widened to F32 as llama.cpp's own converter
 does. It exists so that bench/peer.sh can run llama.cpp beside moestream on
 the same model (MISSION.md, "Peers"); llama.cpp's converter needs PyTorch and
 the gguf package, which this machine kind cannot install (no PyPI).
 
-The layout follows llama.cpp's convert_hf_to_gguf.py for GptOssForCausalLM
-(read, not copied): gate_up rows interleaved (gate even, up odd) split into
+The layout follows llama.cpp's convert_hf_to_gguf.py (read, not copied).
+qwen3_moe: each layer's experts stacked into one 3-D tensor per projection.
+gpt_oss: gate_up rows interleaved (gate even, up odd) split into
 ffn_gate_exps and ffn_up_exps, their biases likewise; MXFP4 bytes re-ordered
 from HF's (element 2i in the low nibble of byte i) to ggml's (element j in the
 low nibble of byte j, element j + 16 in its high nibble), the scale byte in
@@ -149,46 +150,25 @@ class Writer:
                 f.write(b"\0" * (-nbytes % ALIGN))
 
 
-def main():
-    if len(sys.argv) != 3:
-        die("usage: gguf_from_hf.py MODEL_DIR OUT.gguf")
-    folder, out = sys.argv[1], sys.argv[2]
-    with open(os.path.join(folder, "config.json")) as f:
-        cfg = json.load(f)
-    if cfg.get("model_type") != "gpt_oss":
-        die(f"{folder}/config.json: model_type {cfg.get('model_type')!r}; only gpt_oss is written")
-    sh = Shards(folder)
-    L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
-    I, E = cfg["intermediate_size"], cfg["num_local_experts"]
-    hd, nh, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    V = cfg["vocab_size"]
-    rs = cfg.get("rope_scaling") or {}
-
-    w = Writer()
-    a = "gpt-oss"
+def common_kv(w, a, cfg, folder, ff):
+    """The keys every family writes, under architecture a."""
     w.add("general.architecture", V_STR, a)
     w.add("general.name", V_STR, os.path.basename(os.path.normpath(folder)))
     w.add("general.alignment", V_U32, ALIGN)
-    w.add(f"{a}.block_count", V_U32, L)
+    w.add(f"{a}.block_count", V_U32, cfg["num_hidden_layers"])
     w.add(f"{a}.context_length", V_U32, cfg["max_position_embeddings"])
-    w.add(f"{a}.embedding_length", V_U32, H)
-    w.add(f"{a}.feed_forward_length", V_U32, I)
-    w.add(f"{a}.expert_feed_forward_length", V_U32, I)
-    w.add(f"{a}.attention.head_count", V_U32, nh)
-    w.add(f"{a}.attention.head_count_kv", V_U32, nkv)
-    w.add(f"{a}.attention.key_length", V_U32, hd)
-    w.add(f"{a}.attention.value_length", V_U32, hd)
+    w.add(f"{a}.embedding_length", V_U32, cfg["hidden_size"])
+    w.add(f"{a}.feed_forward_length", V_U32, ff)
+    w.add(f"{a}.expert_feed_forward_length", V_U32, ff)
+    w.add(f"{a}.attention.head_count", V_U32, cfg["num_attention_heads"])
+    w.add(f"{a}.attention.head_count_kv", V_U32, cfg["num_key_value_heads"])
+    w.add(f"{a}.attention.key_length", V_U32, cfg["head_dim"])
+    w.add(f"{a}.attention.value_length", V_U32, cfg["head_dim"])
     w.add(f"{a}.attention.layer_norm_rms_epsilon", V_F32, cfg["rms_norm_eps"])
-    w.add(f"{a}.attention.sliding_window", V_U32, cfg["sliding_window"])
     w.add(f"{a}.rope.freq_base", V_F32, float(cfg["rope_theta"]))
-    w.add(f"{a}.expert_count", V_U32, E)
     w.add(f"{a}.expert_used_count", V_U32, cfg["num_experts_per_tok"])
-    if rs.get("rope_type") == "yarn":
-        w.add(f"{a}.rope.scaling.type", V_STR, "yarn")
-        w.add(f"{a}.rope.scaling.factor", V_F32, float(rs["factor"]))
-        w.add(f"{a}.rope.scaling.original_context_length", V_U32,
-              rs["original_max_position_embeddings"])
     # the stand-in vocabulary: byte tokens, then pads (ids are what is fed)
+    V = cfg["vocab_size"]
     byte_chars = [chr(c) for c in range(33, 127)] + [chr(c) for c in range(161, 173)] + \
         [chr(c) for c in range(174, 256)]
     extra = [chr(256 + i) for i in range(256 - len(byte_chars))]
@@ -202,49 +182,127 @@ def main():
     w.add("tokenizer.ggml.eos_token_id", V_U32, eos if isinstance(eos, int) else eos[0])
     w.add("tokenizer.ggml.add_bos_token", V_BOOL, False)
 
-    def bf16(name, gname):
-        t = sh.u16(name)
-        w.tensor(gname, list(reversed(t.shape)), T_BF16, t.nbytes, lambda: t)
 
-    def f32(name, gname, sel=None):
-        t = sh.f32(name)
+class Tensors:
+    """Adds the checkpoint's tensors to a Writer under ggml's names."""
+
+    def __init__(self, sh, w):
+        self.sh, self.w = sh, w
+
+    def bf16(self, name, gname):
+        t = self.sh.u16(name)
+        self.w.tensor(gname, list(reversed(t.shape)), T_BF16, t.nbytes, lambda: t)
+
+    def bf16_stack(self, names, gname):
+        """2-D BF16 tensors of one shape as one 3-D tensor (experts)."""
+        ts = [self.sh.u16(n) for n in names]
+        if any(t.shape != ts[0].shape for t in ts):
+            die(f"{gname}: the stacked tensors differ in shape")
+        self.w.tensor(gname, list(reversed(ts[0].shape)) + [len(ts)], T_BF16,
+                      sum(t.nbytes for t in ts), lambda: np.stack(ts))
+
+    def f32(self, name, gname, sel=None):
+        t = self.sh.f32(name)
         if sel is not None:
             t = t[..., sel]
-        w.tensor(gname, list(reversed(t.shape)), T_F32, t.size * 4,
-                 lambda: np.ascontiguousarray(t, dtype=np.float32))
+        self.w.tensor(gname, list(reversed(t.shape)), T_F32, t.size * 4,
+                      lambda: np.ascontiguousarray(t, dtype=np.float32))
 
-    def mx(prefix, gname, rows):
-        bl, sc = sh.u8(prefix + "_blocks"), sh.u8(prefix + "_scales")
+    def mx(self, prefix, gname, rows):
+        """MXFP4 experts ({prefix}_blocks, _scales), every row or rows[sel]."""
+        bl, sc = self.sh.u8(prefix + "_blocks"), self.sh.u8(prefix + "_scales")
         e, r, nb, _ = bl.shape
         if rows is not None:
             r //= 2
-        dims = [nb * 32, r, e]
-        w.tensor(gname, dims, T_MXFP4, e * r * nb * 17,
-                 lambda: mxfp4_blocks(bl[:, rows] if rows is not None else bl,
-                                      sc[:, rows] if rows is not None else sc))
+        self.w.tensor(gname, [nb * 32, r, e], T_MXFP4, e * r * nb * 17,
+                      lambda: mxfp4_blocks(bl[:, rows] if rows is not None else bl,
+                                           sc[:, rows] if rows is not None else sc))
 
-    bf16("model.embed_tokens.weight", "token_embd.weight")
-    for i in range(L):
+
+def gpt_oss(cfg, folder, sh, w):
+    a = "gpt-oss"
+    common_kv(w, a, cfg, folder, cfg["intermediate_size"])
+    w.add(f"{a}.expert_count", V_U32, cfg["num_local_experts"])
+    w.add(f"{a}.attention.sliding_window", V_U32, cfg["sliding_window"])
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type") == "yarn":
+        w.add(f"{a}.rope.scaling.type", V_STR, "yarn")
+        w.add(f"{a}.rope.scaling.factor", V_F32, float(rs["factor"]))
+        w.add(f"{a}.rope.scaling.original_context_length", V_U32,
+              rs["original_max_position_embeddings"])
+    t = Tensors(sh, w)
+    t.bf16("model.embed_tokens.weight", "token_embd.weight")
+    for i in range(cfg["num_hidden_layers"]):
         p, g = f"model.layers.{i}.", f"blk.{i}."
-        f32(p + "input_layernorm.weight", g + "attn_norm.weight")
-        f32(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight")
+        t.f32(p + "input_layernorm.weight", g + "attn_norm.weight")
+        t.f32(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight")
         for x in ("q", "k", "v"):
-            bf16(p + f"self_attn.{x}_proj.weight", g + f"attn_{x}.weight")
-            f32(p + f"self_attn.{x}_proj.bias", g + f"attn_{x}.bias")
-        bf16(p + "self_attn.o_proj.weight", g + "attn_output.weight")
-        f32(p + "self_attn.o_proj.bias", g + "attn_output.bias")
-        f32(p + "self_attn.sinks", g + "attn_sinks.weight")
-        bf16(p + "mlp.router.weight", g + "ffn_gate_inp.weight")
-        f32(p + "mlp.router.bias", g + "ffn_gate_inp.bias")
+            t.bf16(p + f"self_attn.{x}_proj.weight", g + f"attn_{x}.weight")
+            t.f32(p + f"self_attn.{x}_proj.bias", g + f"attn_{x}.bias")
+        t.bf16(p + "self_attn.o_proj.weight", g + "attn_output.weight")
+        t.f32(p + "self_attn.o_proj.bias", g + "attn_output.bias")
+        t.f32(p + "self_attn.sinks", g + "attn_sinks.weight")
+        t.bf16(p + "mlp.router.weight", g + "ffn_gate_inp.weight")
+        t.f32(p + "mlp.router.bias", g + "ffn_gate_inp.bias")
         ex = p + "mlp.experts."
-        mx(ex + "gate_up_proj", g + "ffn_gate_exps.weight", slice(0, None, 2))
-        mx(ex + "gate_up_proj", g + "ffn_up_exps.weight", slice(1, None, 2))
-        mx(ex + "down_proj", g + "ffn_down_exps.weight", None)
-        f32(ex + "gate_up_proj_bias", g + "ffn_gate_exps.bias", slice(0, None, 2))
-        f32(ex + "gate_up_proj_bias", g + "ffn_up_exps.bias", slice(1, None, 2))
-        f32(ex + "down_proj_bias", g + "ffn_down_exps.bias")
-    f32("model.norm.weight", "output_norm.weight")
-    bf16("lm_head.weight", "output.weight")
+        t.mx(ex + "gate_up_proj", g + "ffn_gate_exps.weight", slice(0, None, 2))
+        t.mx(ex + "gate_up_proj", g + "ffn_up_exps.weight", slice(1, None, 2))
+        t.mx(ex + "down_proj", g + "ffn_down_exps.weight", None)
+        t.f32(ex + "gate_up_proj_bias", g + "ffn_gate_exps.bias", slice(0, None, 2))
+        t.f32(ex + "gate_up_proj_bias", g + "ffn_up_exps.bias", slice(1, None, 2))
+        t.f32(ex + "down_proj_bias", g + "ffn_down_exps.bias")
+    t.f32("model.norm.weight", "output_norm.weight")
+    t.bf16("lm_head.weight", "output.weight")
+
+
+def qwen3_moe(cfg, folder, sh, w):
+    if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+        die(f"{folder}/config.json: dense MLP layers (mlp_only_layers, decoder_sparse_step) "
+            "are not written")
+    if cfg.get("rope_scaling"):
+        die(f"{folder}/config.json: rope_scaling is not written")
+    if not cfg.get("norm_topk_prob", False):
+        die(f"{folder}/config.json: norm_topk_prob false is not written (llama.cpp's "
+            "qwen3moe normalises the top-k weights)")
+    a = "qwen3moe"
+    common_kv(w, a, cfg, folder, cfg["moe_intermediate_size"])
+    w.add(f"{a}.expert_count", V_U32, cfg["num_experts"])
+    t = Tensors(sh, w)
+    t.bf16("model.embed_tokens.weight", "token_embd.weight")
+    for i in range(cfg["num_hidden_layers"]):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        t.f32(p + "input_layernorm.weight", g + "attn_norm.weight")
+        t.f32(p + "post_attention_layernorm.weight", g + "ffn_norm.weight")
+        for x in ("q", "k", "v"):
+            t.bf16(p + f"self_attn.{x}_proj.weight", g + f"attn_{x}.weight")
+        t.f32(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight")
+        t.f32(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight")
+        t.bf16(p + "self_attn.o_proj.weight", g + "attn_output.weight")
+        t.bf16(p + "mlp.gate.weight", g + "ffn_gate_inp.weight")
+        for x, gx in (("gate", "gate"), ("up", "up"), ("down", "down")):
+            t.bf16_stack([p + f"mlp.experts.{e}.{x}_proj.weight" for e in range(cfg["num_experts"])],
+                         g + f"ffn_{gx}_exps.weight")
+    t.f32("model.norm.weight", "output_norm.weight")
+    t.bf16("lm_head.weight", "output.weight")
+
+
+FAMILIES = {"gpt_oss": gpt_oss, "qwen3_moe": qwen3_moe}
+
+
+def main():
+    if len(sys.argv) != 3:
+        die("usage: gguf_from_hf.py MODEL_DIR OUT.gguf")
+    folder, out = sys.argv[1], sys.argv[2]
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    family = FAMILIES.get(cfg.get("model_type"))
+    if family is None:
+        die(f"{folder}/config.json: model_type {cfg.get('model_type')!r}; written are "
+            + ", ".join(FAMILIES))
+    if cfg.get("tie_word_embeddings"):
+        die(f"{folder}/config.json: tied embeddings are not written")
+    w = Writer()
+    family(cfg, folder, Shards(folder), w)
     w.write(out)
 
 
