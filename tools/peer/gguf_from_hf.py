@@ -183,6 +183,9 @@ def common_kv(w, a, cfg, folder, ff):
     w.add("tokenizer.ggml.add_bos_token", V_BOOL, False)
 
 
+ATTN = {"q": "q", "k": "k", "v": "v", "o": "output"}  # HF projection -> ggml name
+
+
 class Tensors:
     """Adds the checkpoint's tensors to a Writer under ggml's names."""
 
@@ -208,6 +211,21 @@ class Tensors:
         self.w.tensor(gname, list(reversed(t.shape)), T_F32, t.size * 4,
                       lambda: np.ascontiguousarray(t, dtype=np.float32))
 
+    def model(self, cfg, post_norm, layer):
+        """What the families share: embedding, head, norms and attention
+        projections; layer(p, g) adds the rest of a layer (p: its HF prefix,
+        g: its ggml one); the post-attention norm is named post_norm."""
+        self.bf16("model.embed_tokens.weight", "token_embd.weight")
+        for i in range(cfg["num_hidden_layers"]):
+            p, g = f"model.layers.{i}.", f"blk.{i}."
+            self.f32(p + "input_layernorm.weight", g + "attn_norm.weight")
+            self.f32(p + "post_attention_layernorm.weight", g + post_norm + ".weight")
+            for x in ("q", "k", "v", "o"):
+                self.bf16(p + f"self_attn.{x}_proj.weight", g + f"attn_{ATTN[x]}.weight")
+            layer(p, g)
+        self.f32("model.norm.weight", "output_norm.weight")
+        self.bf16("lm_head.weight", "output.weight")
+
     def mx(self, prefix, gname, rows):
         """MXFP4 experts ({prefix}_blocks, _scales), every row or rows[sel]."""
         bl, sc = self.sh.u8(prefix + "_blocks"), self.sh.u8(prefix + "_scales")
@@ -231,16 +249,10 @@ def gpt_oss(cfg, folder, sh, w):
         w.add(f"{a}.rope.scaling.original_context_length", V_U32,
               rs["original_max_position_embeddings"])
     t = Tensors(sh, w)
-    t.bf16("model.embed_tokens.weight", "token_embd.weight")
-    for i in range(cfg["num_hidden_layers"]):
-        p, g = f"model.layers.{i}.", f"blk.{i}."
-        t.f32(p + "input_layernorm.weight", g + "attn_norm.weight")
-        t.f32(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight")
-        for x in ("q", "k", "v"):
-            t.bf16(p + f"self_attn.{x}_proj.weight", g + f"attn_{x}.weight")
-            t.f32(p + f"self_attn.{x}_proj.bias", g + f"attn_{x}.bias")
-        t.bf16(p + "self_attn.o_proj.weight", g + "attn_output.weight")
-        t.f32(p + "self_attn.o_proj.bias", g + "attn_output.bias")
+
+    def layer(p, g):
+        for x in ("q", "k", "v", "o"):
+            t.f32(p + f"self_attn.{x}_proj.bias", g + f"attn_{ATTN[x]}.bias")
         t.f32(p + "self_attn.sinks", g + "attn_sinks.weight")
         t.bf16(p + "mlp.router.weight", g + "ffn_gate_inp.weight")
         t.f32(p + "mlp.router.bias", g + "ffn_gate_inp.bias")
@@ -251,8 +263,8 @@ def gpt_oss(cfg, folder, sh, w):
         t.f32(ex + "gate_up_proj_bias", g + "ffn_gate_exps.bias", slice(0, None, 2))
         t.f32(ex + "gate_up_proj_bias", g + "ffn_up_exps.bias", slice(1, None, 2))
         t.f32(ex + "down_proj_bias", g + "ffn_down_exps.bias")
-    t.f32("model.norm.weight", "output_norm.weight")
-    t.bf16("lm_head.weight", "output.weight")
+
+    t.model(cfg, "post_attention_norm", layer)
 
 
 def qwen3_moe(cfg, folder, sh, w):
@@ -268,22 +280,16 @@ def qwen3_moe(cfg, folder, sh, w):
     common_kv(w, a, cfg, folder, cfg["moe_intermediate_size"])
     w.add(f"{a}.expert_count", V_U32, cfg["num_experts"])
     t = Tensors(sh, w)
-    t.bf16("model.embed_tokens.weight", "token_embd.weight")
-    for i in range(cfg["num_hidden_layers"]):
-        p, g = f"model.layers.{i}.", f"blk.{i}."
-        t.f32(p + "input_layernorm.weight", g + "attn_norm.weight")
-        t.f32(p + "post_attention_layernorm.weight", g + "ffn_norm.weight")
-        for x in ("q", "k", "v"):
-            t.bf16(p + f"self_attn.{x}_proj.weight", g + f"attn_{x}.weight")
+
+    def layer(p, g):
         t.f32(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight")
         t.f32(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight")
-        t.bf16(p + "self_attn.o_proj.weight", g + "attn_output.weight")
         t.bf16(p + "mlp.gate.weight", g + "ffn_gate_inp.weight")
-        for x, gx in (("gate", "gate"), ("up", "up"), ("down", "down")):
+        for x in ("gate", "up", "down"):
             t.bf16_stack([p + f"mlp.experts.{e}.{x}_proj.weight" for e in range(cfg["num_experts"])],
-                         g + f"ffn_{gx}_exps.weight")
-    t.f32("model.norm.weight", "output_norm.weight")
-    t.bf16("lm_head.weight", "output.weight")
+                         g + f"ffn_{x}_exps.weight")
+
+    t.model(cfg, "ffn_norm", layer)
 
 
 FAMILIES = {"gpt_oss": gpt_oss, "qwen3_moe": qwen3_moe}
