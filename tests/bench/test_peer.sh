@@ -81,4 +81,4 @@ print(("PASS " if ok else "FAIL ") + f"{name}: " + line)
 ' "$W/$f.probs" "$FIX/$f" "$name" "$2" "$3" "$4"
 }
 check gpt_oss 5e-3 0.5 4
-check qwen3_moe 5e-4 0.1 0
+check qwen3_moe 5e-4 0.1 1 # 1 miss: another CPU runs another llama.cpp variant
