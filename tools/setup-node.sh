@@ -38,6 +38,9 @@ if [ bench/peer/node_modules/.package-lock.json -nt bench/peer/package-lock.json
          require("./package.json").dependencies[p]) process.exit(1);') 2>/dev/null; then
   echo "setup-node: bench/peer/node_modules up to date"
 else
-  (cd bench/peer && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error)
+  # npm install, not npm ci: node-llama-cpp lists builds for other systems
+  # (mac, win, riscv64) that npm leaves out of a lock written here, and npm ci
+  # refuses such a lock; install keeps to the lock for what it installs
+  (cd bench/peer && npm install --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error)
   echo "setup-node: installed node-llama-cpp (llama.cpp, CPU) in bench/peer"
 fi
