@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """gguf_from_hf.py: a gpt_oss or qwen3_moe checkpoint folder as downloaded
 (config.json, safetensors shards, the index) written as one GGUF file that
-llama.cpp loads, with the very same weights: BF16 tensors stay BF16, MXFP4 experts stay MXFP4
-(repacked into ggml's 17-byte blocks, every code and scale byte kept), 1-D
-tensors (norms, biases, sinks) widened to F32 as llama.cpp's own converter
-does. It exists so that bench/peer.sh can run llama.cpp beside moestream on
+llama.cpp loads, with the very same weights: BF16 tensors stay BF16, MXFP4
+experts stay MXFP4 (repacked into ggml's 17-byte blocks, every code and
+scale byte kept), 1-D tensors (norms, biases, sinks) widened to F32 as
+llama.cpp's own converter does. It exists so that bench/peer.sh can run llama.cpp beside moestream on
 the same model (MISSION.md, "Peers"); llama.cpp's converter needs PyTorch and
 the gguf package, which this machine kind cannot install (no PyPI).
 
@@ -27,6 +27,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+import safetensors_np as st  # noqa: E402
+
 GGUF_VERSION = 3
 ALIGN = 32
 T_F32, T_BF16, T_MXFP4 = 0, 30, 39
@@ -39,55 +42,31 @@ def die(msg):
 
 
 class Shards:
-    """The checkpoint's tensors by name, read through numpy memmaps."""
+    """The checkpoint's tensors by name (tools/oracle/safetensors_np.py's
+    reader), each checked for the stored type it is read as."""
 
     def __init__(self, folder):
         self.folder = folder
-        index = os.path.join(folder, "model.safetensors.index.json")
-        if os.path.exists(index):
-            with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        else:
-            files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
-        if not files:
-            die(f"{folder}: no safetensors shards")
-        self.where = {}
-        for name in files:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                (n,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(n))
-            for key, info in header.items():
-                if key != "__metadata__":
-                    self.where[key] = (path, 8 + n, info)
+        self.m = st.ModelFolder(folder)
 
-    def raw(self, name):
-        if name not in self.where:
+    def _raw(self, name, dtypes):
+        if name not in self.m:
             die(f"{self.folder}: tensor {name} not found in any shard")
-        path, base, info = self.where[name]
-        b, e = info["data_offsets"]
-        return np.memmap(path, dtype=np.uint8, mode="r", offset=base + b, shape=(e - b,)), info
+        dt = self.m.info(name)["dtype"]
+        if dt not in dtypes:
+            die(f"{name}: dtype {dt}, expected {' or '.join(dtypes)}")
+        return self.m.raw(name), dt
 
-    def u16(self, name, dtype="BF16"):
-        data, info = self.raw(name)
-        if info["dtype"] != dtype:
-            die(f"{name}: dtype {info['dtype']}, expected {dtype}")
-        return data.view(np.uint16).reshape(info["shape"])
+    def u16(self, name):
+        return self._raw(name, ("BF16",))[0]
 
     def u8(self, name):
-        data, info = self.raw(name)
-        if info["dtype"] not in ("U8", "I8", "F8_E8M0"):
-            die(f"{name}: dtype {info['dtype']}, expected U8")
-        return data.reshape(info["shape"])
+        return self._raw(name, ("U8", "I8", "F8_E8M0"))[0].view(np.uint8)
 
     def f32(self, name):
-        """A BF16 or F32 tensor widened to float32."""
-        data, info = self.raw(name)
-        if info["dtype"] == "F32":
-            return data.view(np.float32).reshape(info["shape"])
-        if info["dtype"] != "BF16":
-            die(f"{name}: dtype {info['dtype']}, expected BF16 or F32")
-        return (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+        """A BF16 or F32 tensor widened to float32 (exact)."""
+        raw, dt = self._raw(name, ("BF16", "F32"))
+        return st.widen(raw, dt)
 
 
 def mxfp4_blocks(blocks, scales):
@@ -299,8 +278,11 @@ def main():
     if len(sys.argv) != 3:
         die("usage: gguf_from_hf.py MODEL_DIR OUT.gguf")
     folder, out = sys.argv[1], sys.argv[2]
-    with open(os.path.join(folder, "config.json")) as f:
-        cfg = json.load(f)
+    try:
+        with open(os.path.join(folder, "config.json")) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        die(f"{folder}/config.json: {e}")
     family = FAMILIES.get(cfg.get("model_type"))
     if family is None:
         die(f"{folder}/config.json: model_type {cfg.get('model_type')!r}; written are "
@@ -308,7 +290,10 @@ def main():
     if cfg.get("tie_word_embeddings"):
         die(f"{folder}/config.json: tied embeddings are not written")
     w = Writer()
-    family(cfg, folder, Shards(folder), w)
+    try:
+        family(cfg, folder, Shards(folder), w)
+    except (OSError, ValueError) as e:
+        die(str(e))
     w.write(out)
 
 
