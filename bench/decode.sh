@@ -61,13 +61,9 @@ for m in "${models[@]}"; do
       prec=--precision=$pr
       [ "$pr" = exact ] && prec= # builds before --precision
       "$b" bench "$m" --prompt "$PROMPT" -n "$N" --threads "$t" $floor $prec 2>/dev/null |
-        awk -v m="$(basename "$m")" -v t="$t" -v b="$b${prec:+:$pr}" -F'|' '
-          /prefill, / { split($3, a, " "); pf = a[1] }
-          /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
-          /memory read stream/ { split($3, a, " "); bw = a[1] }
-          /weight bytes read/ { split($3, a, " "); mb = a[1] }
-          /decode floor/ { split($3, a, " "); fl = a[1]; x = $3; sub(/.*decode /, "", x); sub(/x floor.*/, "", x) }
-          END { printf "| %-28s | %3s | %13s | %13s | %9s | %8s | %8s | %7s | %s\n", m, t, pf, d, bw, mb, fl, x, b }' |
+        bench_figures |
+        awk -v m="$(basename "$m")" -v t="$t" -v b="$b${prec:+:$pr}" '
+          { printf "| %-28s | %3s | %13s | %13s | %9s | %8s | %8s | %7s | %s\n", m, t, $1, $2, $3, $4, $5, $6, b }' |
         tee -a "$out"
       done
      done

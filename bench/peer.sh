@@ -58,13 +58,9 @@ trap 'rm -f "$out" "$out.err"' EXIT
 one_moestream() { # round threads precision
   local prec=--precision=$3
   run "${shards[@]}" -- ./moestream bench "$MODEL" --prompt "$PROMPT" -n "$N" --threads "$2" \
-      --floor $prec 2>/dev/null |
-    awk -v r="$1" -v t="$2" -v e="moestream $3" -F'|' '
-      /prefill, / { split($3, a, " "); pf = a[1] }
-      /decode, / { d = $3; sub(/.*\(/, "", d); sub(/ ms.*/, "", d) }
-      /memory read stream/ { split($3, a, " "); bw = a[1] }
-      /weight bytes read/ { split($3, a, " "); mb = a[1] }
-      END { printf "| %5s | %3s | %-18s | %13s | %13s | %9s | %8s |\n", r, t, e, pf, d, bw, mb }'
+      --floor $prec 2>/dev/null | bench_figures |
+    awk -v r="$1" -v t="$2" -v e="moestream $3" '
+      { printf "| %5s | %3s | %-18s | %13s | %13s | %9s | %8s |\n", r, t, e, $1, $2, $3, $4 }'
 }
 one_llama() { # round threads
   local line rc=0
