@@ -4,9 +4,10 @@
 llama.cpp loads, with the very same weights: BF16 tensors stay BF16, MXFP4
 experts stay MXFP4 (repacked into ggml's 17-byte blocks, every code and
 scale byte kept), 1-D tensors (norms, biases, sinks) widened to F32 as
-llama.cpp's own converter does. It exists so that bench/peer.sh can run llama.cpp beside moestream on
-the same model (MISSION.md, "Peers"); llama.cpp's converter needs PyTorch and
-the gguf package, which this machine kind cannot install (no PyPI).
+llama.cpp's own converter does. It exists so that bench/peer.sh can run
+llama.cpp beside moestream on the same model (MISSION.md, "Peers");
+llama.cpp's converter needs PyTorch and the gguf package, which this
+machine kind cannot install (no PyPI).
 
 The layout follows llama.cpp's convert_hf_to_gguf.py (read, not copied).
 qwen3_moe: each layer's experts stacked into one 3-D tensor per projection.
