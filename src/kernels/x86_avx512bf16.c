@@ -239,6 +239,50 @@ AI void bf_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *
     }
 }
 
+/* bf_row_panel for rows r and r + 1 at once, into a0, a1 and b0, b1: each
+ * load of x serves both rows' products, where alone a batch of 4 tokens
+ * took 5 loads for 4 vdpbf16ps, bound by Zen 4's one 512-bit load a cycle.
+ * Each row's chains take the same operations in the same order as there. */
+AI void bf_row_pair(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb, int64_t c0,
+                    int64_t c1, int64_t ahead, __m512 *a0, __m512 *a1, __m512 *b0, __m512 *b1)
+{
+    const uint8_t *row = (const uint8_t *)w->w + 2 * w->cols * r, *row2 = row + 2 * w->cols;
+    for (int64_t c = c0; c < c1; c += BLOCK) {
+        int k = c1 - c < BLOCK ? (int)(c1 - c) : BLOCK;
+        __m512i wv[4], uv[4];
+        const uint8_t *p = row + 2 * c, *p2 = row2 + 2 * c;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            if (ahead < 0) {
+                _mm_prefetch((const char *)p + PREFETCH + 64 * i, _MM_HINT_T0);
+                _mm_prefetch((const char *)p2 + PREFETCH + 64 * i, _MM_HINT_T0);
+            } else if (ahead > 0) {
+                _mm_prefetch((const char *)p + ahead + 64 * i, _MM_HINT_T1);
+                _mm_prefetch((const char *)p2 + ahead + 64 * i, _MM_HINT_T1);
+            }
+            int left = k - 32 * i;
+            __mmask32 m = left >= 32  ? 0xFFFFFFFFu
+                          : left <= 0 ? 0
+                                      : (__mmask32)((1u << left) - 1);
+            wv[i] = k == BLOCK ? _mm512_loadu_si512(p + 64 * i) : _mm512_maskz_loadu_epi16(m, p + 64 * i);
+            uv[i] = k == BLOCK ? _mm512_loadu_si512(p2 + 64 * i)
+                               : _mm512_maskz_loadu_epi16(m, p2 + 64 * i);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *xo = xb[t] + (c - c0);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m512i x = _mm512_load_si512(xo + 32 * i);
+                __asm__("" : "+v"(x)); /* one load for both rows: GCC would fold it into each */
+                __m512 *a = i % 2 ? a1 : a0, *b = i % 2 ? b1 : b0;
+                a[t] = _mm512_dpbf16_ps(a[t], (__m512bh)wv[i], (__m512bh)x);
+                b[t] = _mm512_dpbf16_ps(b[t], (__m512bh)uv[i], (__m512bh)x);
+            }
+        }
+    }
+}
+
 /* Columns [c0, c1) of row r for nt tokens with bf16 x (panel relative) at
  * xb[t]; the panel's sums to out[t]; ahead: as fp8_row_panel. */
 AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xb,
@@ -294,6 +338,33 @@ AI void ln_row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16
         fp8_row_panel(nt, w, r, xp, c0, c1, ahead, out);
     else
         row_panel(f, nt, w, r, xp, c0, c1, ahead, out);
+}
+
+/* BF16 rows go in pairs (bf_row_pair): the other formats' blocks are not
+ * bound by x's loads. */
+#define LN_ROW_PAIR 1
+AI int ln_pairs(ms_wfmt f)
+{
+    return f == MS_WFMT_BF16;
+}
+AI void ln_row_pair(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xp,
+                    int64_t c0, int64_t c1, int64_t ahead, float *out, float *out2)
+{
+    if (f != MS_WFMT_BF16) {
+        ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out);
+        ln_row_panel(f, nt, w, r + 1, xp, c0, c1, ahead, out2);
+        return;
+    }
+    __m512 a0[MAX_NT], a1[MAX_NT], b0[MAX_NT], b1[MAX_NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        a0[t] = a1[t] = b0[t] = b1[t] = _mm512_setzero_ps();
+    bf_row_pair(nt, w, r, xp, c0, c1, ahead, a0, a1, b0, b1);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
+        out2[t] = hsum(_mm512_add_ps(b0[t], b1[t]));
+    }
 }
 
 #include "kernels/x86_lanes.h"

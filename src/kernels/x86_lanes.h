@@ -18,6 +18,10 @@
  *                  to the same panel one row block on, asked for into L2
  *                  beside each 64 bytes it reads (0: asked for already);
  *                  ln_ahead_in_panel(f) says for which formats
+ *   LN_ROW_PAIR    (optional, with LN_PANEL_AHEAD) ln_row_pair(f, nt, w, r,
+ *                  xp, c0, c1, ahead, out, out2): ln_row_panel of rows r
+ *                  and r + 1 at once, the same bits as two calls, for the
+ *                  formats ln_pairs(f) names
  *
  * Each panel of a row is summed alone and added to the row's result in
  * panel order (Y = s0, then Y += s1, ...): the same operations whether a
@@ -87,6 +91,19 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
 #ifdef LN_PANEL_AHEAD
 #define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
     ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out)
+#ifndef LN_ROW_PAIR
+AI int ln_pairs(ms_wfmt f)
+{
+    (void)f;
+    return 0;
+}
+AI void ln_row_pair(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const LN_XT *const *xp,
+                    int64_t c0, int64_t c1, int64_t ahead, float *out, float *out2)
+{
+    ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out);
+    ln_row_panel(f, nt, w, r + 1, xp, c0, c1, ahead, out2);
+}
+#endif
 #else
 #define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
     ln_row_panel(f, nt, w, r, xp, c0, c1, out)
@@ -95,7 +112,53 @@ AI int ln_ahead_in_panel(ms_wfmt f)
     (void)f;
     return 0;
 }
+AI int ln_pairs(ms_wfmt f)
+{
+    (void)f;
+    return 0;
+}
+AI void ln_row_pair(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const LN_XT *const *xp,
+                    int64_t c0, int64_t c1, int64_t ahead, float *out, float *out2)
+{
+    (void)ahead;
+    ln_row_panel(f, nt, w, r, xp, c0, c1, out);
+    ln_row_panel(f, nt, w, r + 1, xp, c0, c1, out2);
+}
 #endif
+
+/* Rows [r0, r1) of one panel [cb, ce) into Y (added to what Y holds when
+ * cb > 0): in pairs where the format has them (LN_ROW_PAIR: each x load
+ * then serves two rows) and there are several tokens, the last odd row
+ * alone (a matvec is bound by memory, and read 10-30% less in pairs);
+ * pf_ahead > 0: each row's bytes that far on asked for first (a whole-row
+ * stream), and the row panel told -1; else ahead goes to the row panel. */
+AI void ln_panel_rows(ms_wfmt f, int nt, const ms_mat *w, int64_t r0, int64_t r1,
+                      const LN_XT *const *xp, int64_t cb, int64_t ce, int64_t ahead,
+                      int64_t pf_ahead, float *Y, int64_t ldy)
+{
+    int64_t r = r0;
+    if (nt > 1 && ln_pairs(f))
+        for (; r + 1 < r1; r += 2) {
+            float out[LN_NT], out2[LN_NT];
+            if (pf_ahead) {
+                ln_prefetch_ahead(f, w, r, cb, ce, pf_ahead);
+                ln_prefetch_ahead(f, w, r + 1, cb, ce, pf_ahead);
+            }
+            ln_row_pair(f, nt, w, r, xp, cb, ce, ahead, out, out2);
+            for (int t = 0; t < nt; t++) {
+                Y[t * ldy + r] = cb > 0 ? Y[t * ldy + r] + out[t] : out[t];
+                Y[t * ldy + r + 1] = cb > 0 ? Y[t * ldy + r + 1] + out2[t] : out2[t];
+            }
+        }
+    for (; r < r1; r++) {
+        float out[LN_NT];
+        if (pf_ahead)
+            ln_prefetch_ahead(f, w, r, cb, ce, pf_ahead);
+        LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, ahead, out);
+        for (int t = 0; t < nt; t++)
+            Y[t * ldy + r] = cb > 0 ? Y[t * ldy + r] + out[t] : out[t];
+    }
+}
 
 /* ln_<name>_<nt>: rows [r0, r1) over columns [cb, ce) (cb on a panel
  * boundary) for nt tokens with transposed x from column cb at xp[t]. One
@@ -111,24 +174,12 @@ AI int ln_ahead_in_panel(ms_wfmt f)
          * 8-token exact MXFP4 products ran 6% slower (docs/perf.md, "The exact MXFP4   \
          * block on Zen 5's pipes") */                                                   \
         if (ce - cb <= LN_PANEL && (cb > 0 || ce < w->cols) && ln_ahead_in_panel(f)) {   \
-            for (int64_t r = r0; r < r1; r++) {                                          \
-                float out[LN_NT];                                                        \
-                LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, ahead, out);                      \
-                for (int t = 0; t < nt; t++)                                             \
-                    Y[t * ldy + r] = cb > 0 ? Y[t * ldy + r] + out[t] : out[t];          \
-            }                                                                            \
+            ln_panel_rows(f, nt, w, r0, r1, xp, cb, ce, ahead, 0, Y, ldy);               \
             return;                                                                      \
         }                                                                                \
         /* whole rows, or rows of one panel (one stream, as whole rows are) */          \
         if (ce - cb <= LN_PANEL) {                                                       \
-            for (int64_t r = r0; r < r1; r++) {                                          \
-                float out[LN_NT];                                                        \
-                if (ahead)                                                               \
-                    ln_prefetch_ahead(f, w, r, cb, ce, ahead);                           \
-                LN_PANEL_CALL(f, nt, w, r, xp, cb, ce, -1, out);                         \
-                for (int t = 0; t < nt; t++)                                             \
-                    Y[t * ldy + r] = cb > 0 ? Y[t * ldy + r] + out[t] : out[t];          \
-            }                                                                            \
+            ln_panel_rows(f, nt, w, r0, r1, xp, cb, ce, -1, ahead, Y, ldy);              \
             return;                                                                      \
         }                                                                                \
         for (int64_t r = r0; r < r1; r++) {                                              \
