@@ -91,6 +91,18 @@ AI void ln_prefetch_ahead(ms_wfmt f, const ms_mat *w, int64_t r, int64_t c0, int
 #ifdef LN_PANEL_AHEAD
 #define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
     ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out)
+#else
+#define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
+    ln_row_panel(f, nt, w, r, xp, c0, c1, out)
+AI int ln_ahead_in_panel(ms_wfmt f)
+{
+    (void)f;
+    return 0;
+}
+#endif
+
+/* A table without row pairs (LN_ROW_PAIR): ln_pairs says none, and
+ * ln_row_pair (never called then) is two row panels. */
 #ifndef LN_ROW_PAIR
 AI int ln_pairs(ms_wfmt f)
 {
@@ -100,29 +112,9 @@ AI int ln_pairs(ms_wfmt f)
 AI void ln_row_pair(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const LN_XT *const *xp,
                     int64_t c0, int64_t c1, int64_t ahead, float *out, float *out2)
 {
-    ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out);
-    ln_row_panel(f, nt, w, r + 1, xp, c0, c1, ahead, out2);
-}
-#endif
-#else
-#define LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out)                              \
-    ln_row_panel(f, nt, w, r, xp, c0, c1, out)
-AI int ln_ahead_in_panel(ms_wfmt f)
-{
-    (void)f;
-    return 0;
-}
-AI int ln_pairs(ms_wfmt f)
-{
-    (void)f;
-    return 0;
-}
-AI void ln_row_pair(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const LN_XT *const *xp,
-                    int64_t c0, int64_t c1, int64_t ahead, float *out, float *out2)
-{
     (void)ahead;
-    ln_row_panel(f, nt, w, r, xp, c0, c1, out);
-    ln_row_panel(f, nt, w, r + 1, xp, c0, c1, out2);
+    LN_PANEL_CALL(f, nt, w, r, xp, c0, c1, ahead, out);
+    LN_PANEL_CALL(f, nt, w, r + 1, xp, c0, c1, ahead, out2);
 }
 #endif
 
