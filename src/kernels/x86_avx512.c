@@ -183,10 +183,12 @@ AI void xv_transpose(__m512 *r) { tr16(r); }
  * xp[j][i] = x[8i + j] (zero past the last column).
  *
  * Lane i belongs to group i / 4, so the group scales multiply partial sums:
- * for each block, p = sum_j w_j * xp_j (unscaled codes) in two chains, then
- * acc = fma(p, S, acc) with S the lanes' scales. S is a power of two, so
- * p * S is exact and this equals scaling each weight (as ms_mat_get does)
- * except where p * S under- or overflows. Columns go in panels of
+ * for each block, p = sum_j w_j * xp_j (unscaled codes) in two chains,
+ * added, then acc = fma(p, S, acc) with S the lanes' scales: one scaled FMA
+ * a block, where one per chain had been a fifth of a batch's FMA-pipe work
+ * on Zen 4 (docs/perf.md, "The exact MXFP4 block scaled once"). S is a
+ * power of two, so p * S is exact and this equals scaling each weight (as
+ * ms_mat_get does) except where p * S under- or overflows. Columns go in panels of
  * MX_PANEL; each panel's sum is reduced by the fixed tree of hsum and
  * added to the row's result in panel order. Neither the panels nor the
  * token groups depend on the batch, so a (token, row) gets the same bits
@@ -243,8 +245,8 @@ AI __m512 mx_lane_floats(const __m512i *wv, int j)
 }
 
 /* One block of 128 columns (q: its codes, s: its lanes' scales) for nt
- * tokens, x at x[t] (floats): two chains of products, then scaled into
- * a0, a1 (an mx_block_fn). The E2M1 values come as bf16 words, four
+ * tokens, x at x[t] (floats): two chains of products, added and scaled
+ * into a0 (an mx_block_fn; a1 unused). The E2M1 values come as bf16 words, four
  * vpermw per block (mx_words), where a vpermps per 16 weights had needed
  * eight: the shuffles share a pipe with the FMAs. */
 AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
@@ -273,10 +275,9 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        a0[t] = _mm512_fmadd_ps(p0[t], s, a0[t]);
-        a1[t] = _mm512_fmadd_ps(p1[t], s, a1[t]);
-    }
+    for (int t = 0; t < nt; t++)
+        a0[t] = _mm512_fmadd_ps(_mm512_add_ps(p0[t], p1[t]), s, a0[t]);
+    (void)a1;
 }
 
 /* Columns [c0, c1) of row r for nt tokens whose transposed x (panel
@@ -286,17 +287,17 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
                      int64_t c1, int64_t ahead, float *out)
 {
     const uint8_t *x[MAX_NT];
-    __m512 a0[MAX_NT], a1[MAX_NT];
+    __m512 a[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++) {
         x[t] = (const uint8_t *)xp[t];
-        a0[t] = a1[t] = _mm512_setzero_ps();
+        a[t] = _mm512_setzero_ps();
     }
     mx_panel(mx_block, nt, w, r, x, MX_BLOCK * sizeof(float), c0, c1,
-             ahead < 0 ? ms_prefetch_bytes.lanes : ahead, mx_pf_how(ahead), a0, a1);
+             ahead < 0 ? ms_prefetch_bytes.lanes : ahead, mx_pf_how(ahead), a, NULL);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
-        out[t] = hsum(_mm512_add_ps(a0[t], a1[t]));
+        out[t] = hsum(a[t]);
 }
 
 /* ---- BF16 in pair order ---------------------------------------------------
