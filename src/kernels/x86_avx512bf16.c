@@ -264,7 +264,8 @@ AI void bf_row_pair(int nt, const ms_mat *w, int64_t r, const uint16_t *const *x
             __mmask32 m = left >= 32  ? 0xFFFFFFFFu
                           : left <= 0 ? 0
                                       : (__mmask32)((1u << left) - 1);
-            wv[i] = k == BLOCK ? _mm512_loadu_si512(p + 64 * i) : _mm512_maskz_loadu_epi16(m, p + 64 * i);
+            wv[i] = k == BLOCK ? _mm512_loadu_si512(p + 64 * i)
+                               : _mm512_maskz_loadu_epi16(m, p + 64 * i);
             uv[i] = k == BLOCK ? _mm512_loadu_si512(p2 + 64 * i)
                                : _mm512_maskz_loadu_epi16(m, p2 + 64 * i);
         }
