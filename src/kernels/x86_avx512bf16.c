@@ -176,8 +176,9 @@ AI void fp8_row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const 
 _Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens");
 
 /* One MXFP4 block of 128 columns (q: its codes, s: its lanes' scales) for
- * nt tokens with bf16 x at x[t], summed into a0[t], a1[t] (an
- * mx_block_fn). */
+ * nt tokens with bf16 x at x[t]: two chains, added, then one scaled FMA
+ * into a0[t] (an mx_block_fn; a1 stays as it is), as the exact table's
+ * block does (x86_avx512.c). */
 AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
 {
     __m512i wv[4];
@@ -191,9 +192,9 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a
                                      (__m512bh)_mm512_load_si512(xo + 32));
         p0 = _mm512_dpbf16_ps(p0, (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo + 64));
         p1 = _mm512_dpbf16_ps(p1, (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo + 96));
-        a0[t] = _mm512_fmadd_ps(p0, s, a0[t]);
-        a1[t] = _mm512_fmadd_ps(p1, s, a1[t]);
+        a0[t] = _mm512_fmadd_ps(_mm512_add_ps(p0, p1), s, a0[t]);
     }
+    (void)a1;
 }
 
 /* Columns [c0, c1) of BF16 row r for nt tokens with bf16 x (panel
