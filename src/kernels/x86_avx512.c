@@ -186,7 +186,7 @@ AI void xv_transpose(__m512 *r) { tr16(r); }
  * for each block, p = sum_j w_j * xp_j (unscaled codes) in two chains,
  * added, then acc = fma(p, S, acc) with S the lanes' scales: one scaled FMA
  * a block, where one per chain had been a fifth of a batch's FMA-pipe work
- * on Zen 4 (docs/perf.md, "The exact MXFP4 block scaled once"). S is a
+ * on Zen 4 (docs/perf.md, "Batches on Zen 4"). S is a
  * power of two, so p * S is exact and this equals scaling each weight (as
  * ms_mat_get does) except where p * S under- or overflows. Columns go in
  * panels of MX_PANEL; each panel's sum is reduced by the fixed tree of
