@@ -186,13 +186,13 @@ AI void xv_transpose(__m512 *r) { tr16(r); }
  * for each block, p = sum_j w_j * xp_j (unscaled codes) in two chains,
  * added, then acc = fma(p, S, acc) with S the lanes' scales: one scaled FMA
  * a block, where one per chain had been a fifth of a batch's FMA-pipe work
- * on Zen 4 (docs/perf.md, "Batches on Zen 4"). S is a
- * power of two, so p * S is exact and this equals scaling each weight (as
- * ms_mat_get does) except where p * S under- or overflows. Columns go in
- * panels of MX_PANEL; each panel's sum is reduced by the fixed tree of
- * hsum and added to the row's result in panel order. Neither the panels
- * nor the token groups depend on the batch, so a (token, row) gets the
- * same bits alone or batched, in any row range. */
+ * on Zen 4 (docs/perf.md, "Batches on Zen 4"). S is a power of two, so
+ * p * S is exact and this equals scaling each weight (as ms_mat_get does)
+ * except where p * S under- or overflows. Columns go in panels of
+ * MX_PANEL; each panel's sum is reduced by the fixed tree of hsum and
+ * added to the row's result in panel order. Neither the panels nor the
+ * token groups depend on the batch, so a (token, row) gets the same bits
+ * alone or batched, in any row range. */
 enum { MX_BLOCK = 128, MX_PANEL = 1024 };
 
 /* xp[j*16 + i] = x[8i + j] for one block of k (32, 64, 96 or 128) columns;
