@@ -246,10 +246,10 @@ AI __m512 mx_lane_floats(const __m512i *wv, int j)
 
 /* One block of 128 columns (q: its codes, s: its lanes' scales) for nt
  * tokens, x at x[t] (floats): two chains of products, added and scaled
- * into a0 (an mx_block_fn; a1 unused). The E2M1 values come as bf16 words, four
+ * into a[t] (an mx_block_fn). The E2M1 values come as bf16 words, four
  * vpermw per block (mx_words), where a vpermps per 16 weights had needed
  * eight: the shuffles share a pipe with the FMAs. */
-AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
+AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a)
 {
     const float *xo[MAX_NT];
     __m512 p0[MAX_NT], p1[MAX_NT];
@@ -276,8 +276,7 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a
     }
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
-        a0[t] = _mm512_fmadd_ps(_mm512_add_ps(p0[t], p1[t]), s, a0[t]);
-    (void)a1;
+        a[t] = _mm512_fmadd_ps(_mm512_add_ps(p0[t], p1[t]), s, a[t]);
 }
 
 /* Columns [c0, c1) of row r for nt tokens whose transposed x (panel
@@ -294,7 +293,7 @@ AI void mx_row_panel(int nt, const ms_mat *w, int64_t r, const float *const *xp,
         a[t] = _mm512_setzero_ps();
     }
     mx_panel(mx_block, nt, w, r, x, MX_BLOCK * sizeof(float), c0, c1,
-             ahead < 0 ? ms_prefetch_bytes.lanes : ahead, mx_pf_how(ahead), a, NULL);
+             ahead < 0 ? ms_prefetch_bytes.lanes : ahead, mx_pf_how(ahead), a);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(a[t]);
@@ -610,12 +609,8 @@ AI int ln_pairs(ms_wfmt f)
 AI void ln_row_pair(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const float *const *xp,
                     int64_t c0, int64_t c1, int64_t ahead, float *out, float *out2)
 {
-    if (f == MS_WFMT_BF16) {
-        bf_row_pair(nt, w, r, xp, c0, c1, ahead, out, out2);
-    } else {
-        ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out);
-        ln_row_panel(f, nt, w, r + 1, xp, c0, c1, ahead, out2);
-    }
+    (void)f; /* BF16: the one format ln_pairs names */
+    bf_row_pair(nt, w, r, xp, c0, c1, ahead, out, out2);
 }
 
 #include "kernels/x86_lanes.h"

@@ -101,13 +101,11 @@ AI __m512 mx_scales(const uint8_t *sb, int ng)
 }
 
 /* The MXFP4 panel of the lane-order tables (exact, fast, int8), each of
- * which sums a block of 128 columns its own way: blk(nt, q, s, x, a0, a1)
+ * which sums a block of 128 columns its own way: blk(nt, q, s, x, a)
  * takes the block's codes q, its lanes' scales s and each token's x for the
  * block at x[t] (in the table's layout, xstep bytes a block), and adds
- * into a0[t] (and a1[t] where the table keeps two accumulators). Inlined
- * with blk known, the call is direct. */
-typedef void (*mx_block_fn)(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0,
-                            __m512 *a1);
+ * into a[t]. Inlined with blk known, the call is direct. */
+typedef void (*mx_block_fn)(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a);
 enum { MX_MAX_NT = 4 }; /* tokens a block takes at most: each table's MAX_NT, checked there */
 
 /* A block's 64 code bytes, loaded once into a register. Left to itself,
@@ -145,7 +143,7 @@ AI int mx_pf_how(int64_t ahead)
  * without per-block tests"); so each (odd, how) pair has its own copy. */
 AI void mx_full_blocks(mx_block_fn blk, int nt, const uint8_t *q, const uint8_t *sb,
                        const uint8_t *const *xp, int64_t xstep, int64_t n, int odd, int64_t pf,
-                       int how, __m512 *a0, __m512 *a1)
+                       int how, __m512 *a)
 {
     const uint8_t *x[MX_MAX_NT];
 #pragma GCC unroll 4
@@ -157,7 +155,7 @@ AI void mx_full_blocks(mx_block_fn blk, int nt, const uint8_t *q, const uint8_t 
         else if (how == MX_PF_L2)
             _mm_prefetch((const char *)q + pf, _MM_HINT_T1);
         __m512 s = odd ? mx_scales(sb, 4) : mx_scales_plain(sb);
-        blk(nt, mx_codes(q), s, x, a0, a1);
+        blk(nt, mx_codes(q), s, x, a);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
             x[t] += xstep;
@@ -171,8 +169,7 @@ AI void mx_full_blocks(mx_block_fn blk, int nt, const uint8_t *q, const uint8_t 
  * `how`, then the ragged block. The same operations, in the same order, as
  * a loop that tests every block. */
 AI void mx_panel(mx_block_fn blk, int nt, const ms_mat *w, int64_t r, const uint8_t *const *xp,
-                 int64_t xstep, int64_t c0, int64_t c1, int64_t pf, int how, __m512 *a0,
-                 __m512 *a1)
+                 int64_t xstep, int64_t c0, int64_t c1, int64_t pf, int how, __m512 *a)
 {
     const uint8_t *row = (const uint8_t *)w->w + (w->cols / 2) * r + c0 / 2;
     const uint8_t *sb = (const uint8_t *)w->scale + r * (w->cols / 32) + c0 / 32;
@@ -186,7 +183,7 @@ AI void mx_panel(mx_block_fn blk, int nt, const ms_mat *w, int64_t r, const uint
     int odd = mx_scales_odd(sb, (c1 - c0) / 32);
     if (how == MX_PF_L2) /* the panel's scales a row block on too (16 code bytes a scale) */
         _mm_prefetch((const char *)sb + pf / 16, _MM_HINT_T1);
-#define MX_BLOCKS(o, h) mx_full_blocks(blk, nt, row, sb, xp, xstep, full, o, pf, h, a0, a1)
+#define MX_BLOCKS(o, h) mx_full_blocks(blk, nt, row, sb, xp, xstep, full, o, pf, h, a)
     if (how == MX_PF_L1)
         odd ? MX_BLOCKS(1, MX_PF_L1) : MX_BLOCKS(0, MX_PF_L1);
     else if (how == MX_PF_L2)
@@ -202,7 +199,7 @@ AI void mx_panel(mx_block_fn blk, int nt, const ms_mat *w, int64_t r, const uint
         for (int t = 0; t < nt; t++)
             x[t] = xp[t] + full * xstep;
         __m512i q = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * ng)) - 1), row + full * 64);
-        blk(nt, q, mx_scales(sb + full * 4, ng), x, a0, a1);
+        blk(nt, q, mx_scales(sb + full * 4, ng), x, a);
     }
 }
 

@@ -177,9 +177,9 @@ _Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens")
 
 /* One MXFP4 block of 128 columns (q: its codes, s: its lanes' scales) for
  * nt tokens with bf16 x at x[t]: two chains, added, then one scaled FMA
- * into a0[t] (an mx_block_fn; a1 stays as it is), as the exact table's
- * block does (x86_avx512.c). */
-AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a0, __m512 *a1)
+ * into a[t] (an mx_block_fn), as the exact table's block does
+ * (x86_avx512.c). */
+AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a)
 {
     __m512i wv[4];
     mx_words(q, wv);
@@ -192,9 +192,8 @@ AI void mx_block(int nt, __m512i q, __m512 s, const uint8_t *const *x, __m512 *a
                                      (__m512bh)_mm512_load_si512(xo + 32));
         p0 = _mm512_dpbf16_ps(p0, (__m512bh)wv[2], (__m512bh)_mm512_load_si512(xo + 64));
         p1 = _mm512_dpbf16_ps(p1, (__m512bh)wv[3], (__m512bh)_mm512_load_si512(xo + 96));
-        a0[t] = _mm512_fmadd_ps(_mm512_add_ps(p0, p1), s, a0[t]);
+        a[t] = _mm512_fmadd_ps(_mm512_add_ps(p0, p1), s, a[t]);
     }
-    (void)a1;
 }
 
 /* Columns [c0, c1) of BF16 row r for nt tokens with bf16 x (panel
@@ -300,7 +299,7 @@ AI void row_panel(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t 
         for (int t = 0; t < nt; t++)
             x[t] = (const uint8_t *)xb[t];
         mx_panel(mx_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1,
-                 ahead < 0 ? PREFETCH : ahead, mx_pf_how(ahead), a0, a1);
+                 ahead < 0 ? PREFETCH : ahead, mx_pf_how(ahead), a0);
     } else
         bf_row_panel(nt, w, r, xb, c0, c1, ahead, a0, a1);
 #pragma GCC unroll 4
@@ -352,11 +351,7 @@ AI int ln_pairs(ms_wfmt f)
 AI void ln_row_pair(ms_wfmt f, int nt, const ms_mat *w, int64_t r, const uint16_t *const *xp,
                     int64_t c0, int64_t c1, int64_t ahead, float *out, float *out2)
 {
-    if (f != MS_WFMT_BF16) {
-        ln_row_panel(f, nt, w, r, xp, c0, c1, ahead, out);
-        ln_row_panel(f, nt, w, r + 1, xp, c0, c1, ahead, out2);
-        return;
-    }
+    (void)f; /* BF16: the one format ln_pairs names */
     __m512 a0[MAX_NT], a1[MAX_NT], b0[MAX_NT], b1[MAX_NT];
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)

@@ -94,11 +94,9 @@ static void x_int8(const float *x, int k, uint16_t *out)
 _Static_assert((int)MAX_NT <= (int)MX_MAX_NT, "mx_panel holds MX_MAX_NT tokens");
 
 /* One block of 128 columns (q: its codes, sw: its lanes' scales) for nt
- * tokens with int8 x at xb[t], summed into a[t] (an mx_block_fn with one
- * accumulator: the second is not used). */
-AI void q8_block(int nt, __m512i q, __m512 sw, const uint8_t *const *xb, __m512 *a, __m512 *unused)
+ * tokens with int8 x at xb[t], summed into a[t] (an mx_block_fn). */
+AI void q8_block(int nt, __m512i q, __m512 sw, const uint8_t *const *xb, __m512 *a)
 {
-    (void)unused;
     /* 2 * E2M1 + 12, in each 128-bit lane for vpshufb */
     const __m512i tab = _mm512_broadcast_i32x4(
         _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -128,7 +126,7 @@ AI void row_panel(int nt, const ms_mat *w, int64_t r, const uint16_t *const *xq,
         a[t] = _mm512_setzero_ps();
     }
     mx_panel(q8_block, nt, w, r, x, BLOCK * sizeof(uint16_t), c0, c1, ms_prefetch_bytes.lanes,
-             MX_PF_L1, a, NULL);
+             MX_PF_L1, a);
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         out[t] = hsum(a[t]);

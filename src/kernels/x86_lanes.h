@@ -20,8 +20,8 @@
  *                  ln_ahead_in_panel(f) says for which formats
  *   LN_ROW_PAIR    (optional, with LN_PANEL_AHEAD) ln_row_pair(f, nt, w, r,
  *                  xp, c0, c1, ahead, out, out2): ln_row_panel of rows r
- *                  and r + 1 at once, the same bits as two calls, for the
- *                  formats ln_pairs(f) names
+ *                  and r + 1 at once, the same bits as two calls, called
+ *                  only for the formats ln_pairs(f) names
  *
  * Each panel of a row is summed alone and added to the row's result in
  * panel order (Y = s0, then Y += s1, ...): the same operations whether a
