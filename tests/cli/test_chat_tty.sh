@@ -116,10 +116,13 @@ wait_for c "EXIT=" "$W/c.exit" 20
   fail ctrl_c_stops_answer_keeps_session "$(tail -4 "$W/c.err") $(cat "$W/c.exit" 2>&1)"
 
 # ---- Ctrl-C while a long prompt is read -----------------------------------------------
-# one position a call, so that the 60,000-character message takes seconds to read
-start r -n 2 --temp 0 --stats --prefill-span 1 --ctx 20000 ||
+# one position a call, so that the message takes seconds to read: 60,000 characters
+# of words (~30,000 tokens, 4.5-5.5 s here), where the 60,000 x's above make only
+# ~7,600 tokens, which a quiet machine read in 0.6 s, before the Ctrl-C came
+$PY -c "print('x ' * 30000, end='')" >"$W/words.txt"
+start r -n 2 --temp 0 --stats --prefill-span 1 --ctx 40000 ||
   { fail chat_started "$(cat "$W/r.err")"; exit 1; }
-$T load-buffer -b bigr "$W/big.txt"
+$T load-buffer -b bigr "$W/words.txt"
 $T paste-buffer -p -b bigr -t r
 sleep 0.5
 $T send-keys -t r Enter
