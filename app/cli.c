@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int cli_fail(const ms_error *err)
@@ -224,6 +225,13 @@ int cli_chat_prompt(const ms_engine *eng, const ms_chat_msg *m, int n, int think
     return rc;
 }
 
+
+double cli_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 void cli_synthetic_prompt(int32_t *ids, int64_t n, int32_t vocab)
 {

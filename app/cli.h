@@ -38,6 +38,8 @@ int cli_buf_add(cli_buf *b, const char *s, size_t n);
 /* Pseudo-random prompt ids below the vocabulary (fixed, so that runs of
  * bench and plan compare). */
 void cli_synthetic_prompt(int32_t *ids, int64_t n, int32_t vocab);
+/* Seconds on the monotonic clock. */
+double cli_now(void);
 
 /* Reads decimal token ids separated by white space; caller frees *ids. */
 int cli_read_ids(const char *path, int32_t **ids, int64_t *n, ms_error *err);

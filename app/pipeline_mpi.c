@@ -67,13 +67,6 @@ static struct {
     int joined; /* 1: MPI_Init done, -1: it failed */
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void nap(int *spins)
 {
     if ((*spins)++ < 200)
@@ -89,7 +82,7 @@ static void nap(int *spins)
 static void *wait_msg(int src, int tag, double timeout, int *from, int *got_tag, int *len,
                       ms_error *err)
 {
-    double t0 = now();
+    double t0 = cli_now();
     int spins = 0;
     for (;;) {
         int flag = 0;
@@ -121,7 +114,7 @@ static void *wait_msg(int src, int tag, double timeout, int *from, int *got_tag,
             *len = n;
             return buf;
         }
-        if (timeout > 0 && now() - t0 > timeout) {
+        if (timeout > 0 && cli_now() - t0 > timeout) {
             pl_err(err, MS_E_IO, "pipeline: rank %d waited %.0f s for rank %d "
                        "(--stage-timeout): is it alive?", P.rank, timeout, src);
             return NULL;
@@ -481,9 +474,9 @@ static void serve_stage(const char *model, ms_engine_opts eo)
     pipeline_stage ss = {.first = P.first[P.rank], .end = P.end[P.rank]};
     for (;;) {
         int from, tag, len;
-        double t0 = now();
+        double t0 = cli_now();
         char *b = wait_msg(MPI_ANY_SOURCE, MPI_ANY_TAG, 0, &from, &tag, &len, &err);
-        ss.t_wait += now() - t0;
+        ss.t_wait += cli_now() - t0;
         if (!b)
             break;
         hdr h;
@@ -523,14 +516,14 @@ static void serve_stage(const char *model, ms_engine_opts eo)
             for (int i = 0; !bad && i < r.n_seq; i++)
                 bad = !(sess[i] = session_for(eng, &tab, &n_tab, r.sid[i], r.ctx[i],
                                               r.kv_format[i], &err));
-            double t1 = now();
+            double t1 = cli_now();
             if (bad || ms_stage_eval(sess, &r, x, &err)) {
                 if (!err.msg[0])
                     snprintf(err.msg, sizeof err.msg, "a malformed message of %d bytes", len);
                 report("", &err);
                 err.msg[0] = 0;
             } else {
-                ss.t_compute += now() - t1;
+                ss.t_compute += cli_now() - t1;
                 if (send_bytes(b, (size_t)len, next, TAG_DATA, &err))
                     report("", &err);
             }

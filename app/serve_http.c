@@ -127,13 +127,6 @@ static void cancel(srv_job *j)
     __atomic_store_n(&j->halt, 1, __ATOMIC_RELAXED);
 }
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Hands MHD the SSE bytes the worker has appended. While there are none (the
  * job is queued, or prefill is long) it blocks, sending an SSE comment every
  * sv->keepalive seconds: the connection then never looks idle to MHD's
@@ -143,7 +136,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     static const char ping[] = ": keep-alive\n\n";
     (void)pos;
     srv_job *j = cls;
-    double since = mono_s();
+    double since = srv_now();
     pthread_mutex_lock(&j->mu);
     for (;;) {
         if (j->out_off < j->out_len) {
@@ -167,7 +160,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
                 pthread_mutex_unlock(&j->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            if (mono_s() - since >= j->keepalive && max >= sizeof ping - 1) {
+            if (srv_now() - since >= j->keepalive && max >= sizeof ping - 1) {
                 pthread_mutex_unlock(&j->mu);
                 memcpy(buf, ping, sizeof ping - 1);
                 return (ssize_t)(sizeof ping - 1);
@@ -256,7 +249,7 @@ static void watch_set(int fd, int reading, int add, int remove)
                 w_conns[i].fd = 0;
             else {
                 w_conns[i].reading = reading;
-                w_conns[i].since = mono_s();
+                w_conns[i].since = srv_now();
             }
             pthread_mutex_unlock(&w_mu);
             return;
@@ -265,7 +258,7 @@ static void watch_set(int fd, int reading, int add, int remove)
     if (add)
         for (int i = 0; i < MAX_WATCHED; i++)
             if (!w_conns[i].fd) {
-                w_conns[i] = (watched){fd + 1, mono_s(), 1};
+                w_conns[i] = (watched){fd + 1, srv_now(), 1};
                 break;
             }
     pthread_mutex_unlock(&w_mu);
@@ -277,7 +270,7 @@ static void *watchdog(void *arg)
     while (!w_stop) {
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
-        double now = mono_s();
+        double now = srv_now();
         pthread_mutex_lock(&w_mu);
         for (int i = 0; i < MAX_WATCHED; i++)
             if (w_conns[i].fd && w_conns[i].reading && now - w_conns[i].since > w_timeout) {
