@@ -194,6 +194,97 @@ static void print_products(const char *name, int64_t tokens, double phase, ms_pr
                  phase);
 }
 
+/* --rows N: N sessions, each with its own prompt (the synthetic one, moved
+ * by a step per row), read together and then decoded together, one
+ * ms_session_eval_batch a step, as `serve --parallel N` runs its slots:
+ * what a step of N rows costs against one row's decode. */
+typedef struct rows_run {
+    int rows;
+    int64_t steps;
+    double secs;
+    int64_t weight_bytes;
+    ms_stats a, b; /* engine-wide: the expert store's counts */
+    ms_product_stat kinds[MAX_KINDS];
+    int n_kinds;
+} rows_run;
+
+static int decode_rows(ms_engine *eng, const cli_args *o, const int32_t *ids, int64_t prompt,
+                       int64_t steps, ms_sampler *greedy, rows_run *r, ms_error *err)
+{
+    const ms_model_info *info = ms_engine_info(eng);
+    int rows = (int)o->bench_rows, rc = -1;
+    ms_session **ss = calloc((size_t)rows, sizeof *ss);
+    int32_t *pids = malloc(sizeof *pids * (size_t)(rows * prompt));
+    const int32_t **pp = malloc(sizeof *pp * (size_t)rows);
+    int64_t *counts = malloc(sizeof *counts * (size_t)rows);
+    int32_t *next = malloc(sizeof *next * (size_t)rows);
+    if (!ss || !pids || !pp || !counts || !next) {
+        err->code = MS_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "--rows %d: out of memory", rows);
+        goto out;
+    }
+    int32_t span = info->vocab_size > 256 ? info->vocab_size - 256 : info->vocab_size;
+    for (int i = 0; i < rows; i++) {
+        if (ms_session_open(eng, &(ms_session_opts){.ctx = o->ctx}, &ss[i], err) ||
+            ms_session_fill_synthetic(ss[i], o->context, 1 + (uint64_t)i, err))
+            goto out;
+        for (int64_t k = 0; k < prompt; k++)
+            pids[i * prompt + k] = (int32_t)(((int64_t)ids[k] + 7919 * (int64_t)i) % span);
+        pp[i] = pids + i * prompt;
+        counts[i] = prompt;
+    }
+    if (ms_session_eval_many(ss, pp, counts, rows, err))
+        goto out;
+    *r = (rows_run){.rows = rows, .steps = steps};
+    ms_engine_stats(eng, &r->a);
+    int64_t wb = ms_weight_bytes_read();
+    if (o->products)
+        ms_product_profile(1);
+    double t0 = cli_now();
+    for (int64_t t = 0; t < steps; t++) {
+        for (int i = 0; i < rows; i++)
+            next[i] = ms_sampler_next(greedy, ms_session_logits(ss[i]));
+        if (ms_session_eval_batch(ss, next, rows, err))
+            goto out;
+    }
+    r->secs = cli_now() - t0;
+    r->weight_bytes = ms_weight_bytes_read() - wb;
+    ms_engine_stats(eng, &r->b);
+    if (o->products) {
+        r->n_kinds = ms_product_stats(r->kinds, MAX_KINDS);
+        ms_product_profile(0);
+    }
+    rc = 0;
+out:
+    for (int i = 0; ss && i < rows; i++)
+        ms_session_close(ss[i]);
+    free(ss);
+    free(pids);
+    free(pp);
+    free(counts);
+    free(next);
+    return rc;
+}
+
+static void print_rows(const rows_run *r, double one_secs, int64_t one_tokens, int64_t one_bytes)
+{
+    int64_t tokens = r->steps * r->rows;
+    char name[64], what[96], v[128];
+    snprintf(name, sizeof name, "decode of %d rows together", r->rows);
+    print_phase(name, tokens, r->secs, &r->a, &r->b, -1);
+    double one = one_secs > 0 ? (double)one_tokens / one_secs : 0;
+    snprintf(what, sizeof what, "  %d rows: against one row", r->rows);
+    snprintf(v, sizeof v, "%.2fx its tok/s, %.1f ms a step",
+             one > 0 && r->secs > 0 ? (double)tokens / r->secs / one : 0.0,
+             1e3 * r->secs / (double)r->steps);
+    row(what, v);
+    snprintf(what, sizeof what, "  %d rows: weight bytes read", r->rows);
+    snprintf(v, sizeof v, "%.1f MB/token (one row: %.1f)",
+             (double)r->weight_bytes / 1e6 / (double)tokens,
+             (double)one_bytes / 1e6 / (double)one_tokens);
+    row(what, v);
+}
+
 /* --pipeline: every stage's counters at a phase boundary (snap[0]: its
  * layers only; rank 0's counters are the session's). */
 #define MAX_STAGES PIPELINE_MAX_RANKS
@@ -249,6 +340,13 @@ int cmd_bench(int argc, char **argv)
     if (pipeline_open(&o, &eo, &err) || ms_engine_open(o.model, &eo, &eng, &err))
         goto out;
     const ms_model_info *info = ms_engine_info(eng);
+    if (o.bench_rows > info->pass_rows) {
+        err.code = MS_E_ARG;
+        snprintf(err.msg, sizeof err.msg,
+                 "--rows %lld: this engine runs at most %d rows in a pass over the weights",
+                 (long long)o.bench_rows, (int)info->pass_rows);
+        goto out;
+    }
     ms_session_opts so = {.ctx = o.ctx};
     ids = malloc(sizeof *ids * (size_t)(prompt + n));
     if (!ids ||
@@ -304,6 +402,10 @@ int cmd_bench(int argc, char **argv)
         goto out;
     if (sample_floor(&o, threads, &fl, &err))
         goto out;
+    static rows_run rr;
+    if (o.bench_rows > 1 &&
+        decode_rows(eng, &o, ids, prompt, n, greedy, &rr, &err))
+        goto out;
     printf("| %-40s | %-32s |\n|%s|%s|\n", "moestream bench", o.model,
            "------------------------------------------", "----------------------------------");
     char v[128];
@@ -328,6 +430,8 @@ int cmd_bench(int argc, char **argv)
     print_phase("decode", n, s2.t_decode - s1.t_decode, &s1, &s2,
                 d1 >= 0 && d2 >= 0 ? d2 - d1 : -1);
     print_split("decode", n, &s1, &s2);
+    if (o.bench_rows > 1)
+        print_rows(&rr, s2.t_decode - s1.t_decode, n, wb2 - wb1);
     if (pipeline_stages()) {
         print_stages("prefill", prompt, &s0, &s1, p0, p1);
         print_stages("decode", n, &s1, &s2, p1, p2);
@@ -380,6 +484,11 @@ int cmd_bench(int argc, char **argv)
     if (o.products) {
         print_products("prefill", prompt, s1.t_prefill - s0.t_prefill, pre_kinds, n_pre);
         print_products("decode", n, s2.t_decode - s1.t_decode, dec_kinds, n_dec);
+        if (o.bench_rows > 1) {
+            char name[64];
+            snprintf(name, sizeof name, "decode of %d rows together", rr.rows);
+            print_products(name, rr.steps * rr.rows, rr.secs, rr.kinds, rr.n_kinds);
+        }
     }
     fflush(stdout);
     rc = 0;

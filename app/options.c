@@ -287,6 +287,9 @@ static const cli_opt opts[] = {
      1 << 20, NULL, 0, "32", "decoded tokens"},
     {"--context", NULL, T_INT, G_MEASURE, B(CMD_BENCH), AT(context), "N", 0, 1 << 30, NULL, 0,
      NULL, "also decode at N tokens of context"},
+    {"--rows", NULL, T_INT, G_MEASURE, B(CMD_BENCH), AT(bench_rows), "N", 1, 1024, NULL, 0,
+     "1", "then decode N sequences together, as serve --parallel N does (one pass over the "
+     "weights a step for all), against one"},
     {"--disk", NULL, T_INT, G_MEASURE, B(CMD_BENCH) | B(CMD_PLAN), AT(disk), "N", 1, 100000, NULL,
      0, NULL, "expert-sized reads of the disk measurement"},
     {"--floor", NULL, T_FLAG, G_MEASURE, B(CMD_BENCH), AT(floor), NULL, 0, 0, NULL, 0, NULL,

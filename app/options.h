@@ -58,7 +58,7 @@ typedef struct cli_args {
     double keepalive, request_timeout, read_timeout;
     cli_list allow_host, cors;
     /* bench, plan, synth, replay */
-    int64_t bench_prompt, context, disk, layers, shard_size, slots;
+    int64_t bench_prompt, bench_rows, context, disk, layers, shard_size, slots;
     int floor, force, products;
     const char *like, *synth_config, *budgets;
     const char *config_file;       /* the config file read, NULL when none */
