@@ -154,6 +154,29 @@ static void penalise(ms_sampler *s, const float *logits)
     }
 }
 
+/* A draw from all n ids (scaled logits in s->prob, m their largest, sum
+ * their weights exp(l - m), added in id order): nothing is cut, so no
+ * order is needed, and the draw walks the ids in id order, as the sum was
+ * made. (Walking them best first, as the cuts below must, had sorted the
+ * whole vocabulary: ~35 ms a token for 201,088 ids, 14% of the samples of a
+ * gpt-oss-20b server at its defaults, temperature 1 and top-p 1.) Past
+ * every id of nonzero weight, rounding alone can leave the draw unspent:
+ * the last such id is taken. */
+static int32_t draw_all(ms_sampler *s, int32_t n, float m, double sum)
+{
+    double r = (double)(ms_rng_next(&s->rng) >> 11) * 0x1.0p-53 * sum;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double e = exp((double)(s->prob[i] - m));
+        if (e > 0)
+            last = i;
+        r -= e;
+        if (r < 0)
+            return i;
+    }
+    return last;
+}
+
 int32_t ms_sampler_next(ms_sampler *s, const float *logits)
 {
     int32_t n = s->limit; /* ids past the limit are simply not candidates */
@@ -177,6 +200,8 @@ int32_t ms_sampler_next(ms_sampler *s, const float *logits)
     if (keep == n)
         for (int32_t i = 0; i < n; i++)
             sum += exp((double)(s->prob[i] - m));
+    if (keep == n && s->p.top_p >= 1 && s->p.min_p <= 0)
+        return draw_all(s, n, m, sum);
     int32_t cut = -1;
     for (float span = 4.0f;; span *= 4.0f) {
         float t = m - span;

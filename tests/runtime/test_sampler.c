@@ -3,9 +3,13 @@
  * best ids whose mass reaches p, min-p drops ids below p times the best;
  * greedy is the argmax; a seed fixes the draws. Expectations are worked out
  * by hand from the logits; the head-only sorting must not change any of it,
- * on peaked and on flat 200k-id distributions alike. */
+ * on peaked and on flat 200k-id distributions alike; a draw with nothing
+ * cut is the one a walk of the ids in id order gives. */
+#include <math.h>
+
 #include "test.h"
 #include "moestream.h"
+#include "base/rng.h" /* the draws' stream, to replay them here */
 
 #define DRAWS 1000
 
@@ -147,8 +151,68 @@ static void test_greedy_ties(void)
     }
 }
 
+/* The draw without a cut (no top-k, top-p 1, no min-p), replayed here:
+ * u from the seed's stream, r = u x the weights' sum, then r minus each
+ * weight exp(l - max) in id order until it is spent; past every id of
+ * nonzero weight, the last such id. Distributions spread over many logit
+ * units, flat, peaked with ties, and mostly of zero weight. */
+static void test_no_cut_draws_in_id_order(void)
+{
+    const int32_t V = 50000;
+    float *l = malloc(sizeof *l * V), *q = malloc(sizeof *q * V);
+    const float temp = 0.7f;
+    for (int c = 0; c < 4; c++) {
+        uint64_t h = 12345 + (uint64_t)c;
+        for (int32_t i = 0; i < V; i++) {
+            h = h * 6364136223846793005ull + 1442695040888963407ull;
+            double u = (double)(h >> 11) * 0x1.0p-53;
+            switch (c) {
+            case 0: l[i] = (float)(-60 * u); break;
+            case 1: l[i] = (float)(-2 * u); break;
+            case 2: l[i] = i % 97 == 5 ? 3.0f : (float)(-30 * u); break;
+            case 3: l[i] = i % 5 ? -INFINITY : (float)(-900 * u); break;
+            }
+        }
+        float m = -INFINITY;
+        for (int32_t i = 0; i < V; i++) {
+            q[i] = l[i] / temp;
+            m = q[i] > m ? q[i] : m;
+        }
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++)
+            sum += exp((double)(q[i] - m));
+        ms_sampler *s = open_s(temp, 0, 1.0f, 0.0f, 99, V);
+        ms_rng rng;
+        ms_rng_seed(&rng, 99);
+        int bad = 0;
+        for (int d = 0; s && d < 400 && !bad; d++) {
+            double r = (double)(ms_rng_next(&rng) >> 11) * 0x1.0p-53 * sum;
+            int32_t want = -1, last = 0;
+            for (int32_t i = 0; i < V && want < 0; i++) {
+                double e = exp((double)(q[i] - m));
+                last = e > 0 ? i : last;
+                r -= e;
+                if (r < 0)
+                    want = i;
+            }
+            want = want < 0 ? last : want;
+            int32_t got = ms_sampler_next(s, l);
+            if (got != want) {
+                CHECK(0, "distribution %d, draw %d: id %d, the replay gives %d", c, d, got,
+                      want);
+                bad = 1;
+            }
+        }
+        CHECK(s != NULL, "sampler opens");
+        ms_sampler_close(s);
+    }
+    free(l);
+    free(q);
+}
+
 int main(void)
 {
+    TEST_CASE(test_no_cut_draws_in_id_order);
     TEST_CASE(test_top_k_top_p_min_p);
     TEST_CASE(test_flat_and_seeded);
     TEST_CASE(test_greedy_ties);
