@@ -210,8 +210,8 @@ int32_t ms_sampler_next(ms_sampler *s, const float *logits)
             if (s->prob[i] >= t || !(span < 1e30f))
                 s->idx[nc++] = i;
         int all = nc == n;
-        if (nc < keep && !all)
-            continue; /* the top-k set is not all in */
+        if (keep < n && nc < keep && !all)
+            continue; /* the top-k set is not all in (without top-k, any head is a prefix) */
         qsort_r(s->idx, (size_t)nc, sizeof *s->idx, by_prob_desc, s->prob);
         if (keep < n) {
             sum = 0;

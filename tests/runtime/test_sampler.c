@@ -210,9 +210,107 @@ static void test_no_cut_draws_in_id_order(void)
     free(q);
 }
 
+/* Draws with a cut (top-k, top-p < 1, min-p), replayed with a sort of the
+ * whole vocabulary: the best-first order (ties by id), the weights' sum
+ * (over all ids in id order, or over the top k best first), the cut (the
+ * first id under min-p x the best's probability, or the prefix whose mass
+ * reaches top-p, at most k), then r = u x the cut's weights best first,
+ * spent in that order. The sampler sorts only a head of the vocabulary;
+ * these must not tell. */
+static const float *ref_key;
+static int ref_desc(const void *a, const void *b)
+{
+    float x = ref_key[*(const int32_t *)a], y = ref_key[*(const int32_t *)b];
+    if (x != y)
+        return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+static void test_cuts_as_a_whole_sort(void)
+{
+    const int32_t V = 20000;
+    float *l = malloc(sizeof *l * V), *q = malloc(sizeof *q * V);
+    int32_t *ord = malloc(sizeof *ord * V);
+    struct { float t, p, mp; int32_t k; } cfg[] = {
+        {0.6f, 0.95f, 0.0f, 0}, {1.0f, 0.5f, 0.0f, 0}, {0.7f, 1.0f, 0.05f, 0},
+        {0.6f, 0.95f, 0.0f, 20}, {1.0f, 1.0f, 0.0f, 300}, {0.8f, 0.9f, 0.01f, 50}};
+    for (int c = 0; c < 2; c++) {
+        uint64_t h = 777 + (uint64_t)c;
+        for (int32_t i = 0; i < V; i++) {
+            h = h * 6364136223846793005ull + 1442695040888963407ull;
+            double u = (double)(h >> 11) * 0x1.0p-53;
+            l[i] = c == 0 ? (float)(6 * u) /* flat */
+                          : i % 300 == 7 ? 12.0f - (float)(i % 7) : (float)(-20 + 8 * u);
+        }
+        for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
+            float m = -INFINITY;
+            for (int32_t i = 0; i < V; i++) {
+                q[i] = l[i] / cfg[k].t;
+                m = q[i] > m ? q[i] : m;
+                ord[i] = i;
+            }
+            ref_key = q;
+            qsort(ord, (size_t)V, sizeof *ord, ref_desc);
+            int32_t keep = cfg[k].k > 0 && cfg[k].k < V ? cfg[k].k : V;
+            double sum = 0;
+            if (keep == V)
+                for (int32_t i = 0; i < V; i++)
+                    sum += exp((double)(q[i] - m));
+            else
+                for (int32_t i = 0; i < keep; i++)
+                    sum += exp((double)(q[ord[i]] - m));
+            int32_t cut = keep;
+            double cum = 0;
+            for (int32_t i = 0; i < keep; i++) {
+                double pi = exp((double)(q[ord[i]] - m)) / sum;
+                if (pi < cfg[k].mp * (1.0 / sum)) {
+                    cut = i;
+                    break;
+                }
+                cum += pi;
+                if (cum >= cfg[k].p) {
+                    cut = i + 1;
+                    break;
+                }
+            }
+            cut = cut < 1 ? 1 : cut;
+            double total = 0;
+            for (int32_t i = 0; i < cut; i++)
+                total += exp((double)(q[ord[i]] - m));
+            ms_sampler *s = open_s(cfg[k].t, cfg[k].k, cfg[k].p, cfg[k].mp, 31, V);
+            ms_rng rng;
+            ms_rng_seed(&rng, 31);
+            int bad = !s;
+            for (int d = 0; s && d < 100 && !bad; d++) {
+                double r = (double)(ms_rng_next(&rng) >> 11) * 0x1.0p-53 * total;
+                int32_t want = ord[cut - 1];
+                for (int32_t i = 0; i < cut; i++) {
+                    r -= exp((double)(q[ord[i]] - m));
+                    if (r < 0) {
+                        want = ord[i];
+                        break;
+                    }
+                }
+                int32_t got = ms_sampler_next(s, l);
+                if (got != want) {
+                    CHECK(0, "distribution %d, settings %zu, draw %d: id %d, the sort gives %d", c,
+                          k, d, got, want);
+                    bad = 1;
+                }
+            }
+            CHECK(s != NULL, "sampler opens");
+            ms_sampler_close(s);
+        }
+    }
+    free(l);
+    free(q);
+    free(ord);
+}
+
 int main(void)
 {
     TEST_CASE(test_no_cut_draws_in_id_order);
+    TEST_CASE(test_cuts_as_a_whole_sort);
     TEST_CASE(test_top_k_top_p_min_p);
     TEST_CASE(test_flat_and_seeded);
     TEST_CASE(test_greedy_ties);
