@@ -200,6 +200,7 @@ static void print_products(const char *name, int64_t tokens, double phase, ms_pr
  * what a step of N rows costs against one row's decode. */
 typedef struct rows_run {
     int rows;
+    char name[64]; /* "decode of N rows together" */
     int64_t steps;
     double secs;
     int64_t weight_bytes;
@@ -236,6 +237,7 @@ static int decode_rows(ms_engine *eng, const cli_args *o, const int32_t *ids, in
     if (ms_session_eval_many(ss, pp, counts, rows, err))
         goto out;
     *r = (rows_run){.rows = rows, .steps = steps};
+    snprintf(r->name, sizeof r->name, "decode of %d rows together", rows);
     ms_engine_stats(eng, &r->a);
     int64_t wb = ms_weight_bytes_read();
     if (o->products)
@@ -269,9 +271,8 @@ out:
 static void print_rows(const rows_run *r, double one_secs, int64_t one_tokens, int64_t one_bytes)
 {
     int64_t tokens = r->steps * r->rows;
-    char name[64], what[96], v[128];
-    snprintf(name, sizeof name, "decode of %d rows together", r->rows);
-    print_phase(name, tokens, r->secs, &r->a, &r->b, -1);
+    char what[96], v[128];
+    print_phase(r->name, tokens, r->secs, &r->a, &r->b, -1);
     double one = one_secs > 0 ? (double)one_tokens / one_secs : 0;
     snprintf(what, sizeof what, "  %d rows: against one row", r->rows);
     snprintf(v, sizeof v, "%.2fx its tok/s, %.1f ms a step",
@@ -484,11 +485,8 @@ int cmd_bench(int argc, char **argv)
     if (o.products) {
         print_products("prefill", prompt, s1.t_prefill - s0.t_prefill, pre_kinds, n_pre);
         print_products("decode", n, s2.t_decode - s1.t_decode, dec_kinds, n_dec);
-        if (o.bench_rows > 1) {
-            char name[64];
-            snprintf(name, sizeof name, "decode of %d rows together", rr.rows);
-            print_products(name, rr.steps * rr.rows, rr.secs, rr.kinds, rr.n_kinds);
-        }
+        if (o.bench_rows > 1)
+            print_products(rr.name, rr.steps * rr.rows, rr.secs, rr.kinds, rr.n_kinds);
     }
     fflush(stdout);
     rc = 0;

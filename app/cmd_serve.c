@@ -115,7 +115,7 @@ int cmd_serve(int argc, char **argv)
                          .n_cors = o.cors.n},
               .api_key = key, .name = name, .max_body = (size_t)o.max_body,
               .max_tokens_cap = o.max_tokens_cap, .request_timeout = o.request_timeout,
-              .t_start = srv_now(), .read_timeout = o.read_timeout,
+              .t_start = cli_now(), .read_timeout = o.read_timeout,
               .max_queue = (int)o.queue, .keepalive = o.keepalive,
               .timeout = (unsigned)o.timeout, .thinking = o.thinking, .effort = o.effort,
               .ignore_eos = o.ignore_eos, .no_reuse = o.no_reuse, .stats = o.stats,

@@ -161,7 +161,7 @@ typedef struct srv_spilled {
     char path[1100];
     int32_t *ids;
     int64_t n, bytes;
-    double t;                  /* saved (srv_now), for the least recently used */
+    double t;                  /* saved (cli_now), for the least recently used */
     int64_t write;             /* its file's number in the writer's queue; -1: on disk */
 } srv_spilled;
 /* A conversation's image (ms_session_image) waiting for the writer thread. */
@@ -256,8 +256,6 @@ extern const char srv_chat_html[];
 /* Prometheus text for /metrics (malloc'd). */
 char *srv_metrics_text(srv *sv);
 
-/* Monotonic seconds. */
-double srv_now(void);
 /* The request's thinking switch, else the server's default. */
 int srv_job_thinking(const srv *sv, const srv_job *j);
 /* The grammar a request asks for (forced tool call, response_format), or

@@ -26,6 +26,7 @@
 
 #include <microhttpd.h>
 
+#include "cli.h"
 #include "serve.h"
 
 enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS, R_INDEX };
@@ -136,7 +137,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     static const char ping[] = ": keep-alive\n\n";
     (void)pos;
     srv_job *j = cls;
-    double since = srv_now();
+    double since = cli_now();
     pthread_mutex_lock(&j->mu);
     for (;;) {
         if (j->out_off < j->out_len) {
@@ -160,7 +161,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
                 pthread_mutex_unlock(&j->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            if (srv_now() - since >= j->keepalive && max >= sizeof ping - 1) {
+            if (cli_now() - since >= j->keepalive && max >= sizeof ping - 1) {
                 pthread_mutex_unlock(&j->mu);
                 memcpy(buf, ping, sizeof ping - 1);
                 return (ssize_t)(sizeof ping - 1);
@@ -249,7 +250,7 @@ static void watch_set(int fd, int reading, int add, int remove)
                 w_conns[i].fd = 0;
             else {
                 w_conns[i].reading = reading;
-                w_conns[i].since = srv_now();
+                w_conns[i].since = cli_now();
             }
             pthread_mutex_unlock(&w_mu);
             return;
@@ -258,7 +259,7 @@ static void watch_set(int fd, int reading, int add, int remove)
     if (add)
         for (int i = 0; i < MAX_WATCHED; i++)
             if (!w_conns[i].fd) {
-                w_conns[i] = (watched){fd + 1, srv_now(), 1};
+                w_conns[i] = (watched){fd + 1, cli_now(), 1};
                 break;
             }
     pthread_mutex_unlock(&w_mu);
@@ -270,7 +271,7 @@ static void *watchdog(void *arg)
     while (!w_stop) {
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
-        double now = srv_now();
+        double now = cli_now();
         pthread_mutex_lock(&w_mu);
         for (int i = 0; i < MAX_WATCHED; i++)
             if (w_conns[i].fd && w_conns[i].reading && now - w_conns[i].since > w_timeout) {

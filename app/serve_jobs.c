@@ -15,13 +15,6 @@
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
-double srv_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 srv_job *srv_job_new(void)
 {
     srv_job *j = calloc(1, sizeof *j);
@@ -36,7 +29,7 @@ srv_job *srv_job_new(void)
     j->refs = 1;
     j->fd = -1;
     j->created = (int64_t)time(NULL);
-    j->t_start = srv_now();
+    j->t_start = cli_now();
     return j;
 }
 
@@ -178,7 +171,7 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     uint64_t n = __atomic_add_fetch(&sv->counter, 1, __ATOMIC_RELAXED), h = 0;
     if (getrandom(&h, sizeof h, 0) != (ssize_t)sizeof h) /* ids nobody can guess */
         h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created ^
-            (uint64_t)(srv_now() * 1e9);
+            (uint64_t)(cli_now() * 1e9);
     snprintf(j->id, sizeof j->id, "%s%016" PRIx64, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-",
              h);
     return 0;
@@ -279,7 +272,7 @@ char *srv_metrics_text(srv *sv)
             (long long)st.expert_prefetch_hits, (long long)st.expert_misses,
             (long long)st.bytes_read, (long long)st.prefetch_bytes,
             (long long)st.prefetch_wasted_bytes, st.t_io_wait, (long long)ms_weight_bytes_read(),
-            srv_now() - sv->t_start);
+            cli_now() - sv->t_start);
 #undef LOAD
     fclose(f);
     return t;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "pipeline.h"
+#include "cli.h"
 #include "serve.h"
 
 /* Shorter conversations are cheaper to evaluate again than to write. */
@@ -252,7 +253,7 @@ void srv_spill_save(srv *sv, ms_session *s, const int32_t *ids, int64_t n)
         return;
     }
     e.n = n;
-    e.t = srv_now();
+    e.t = cli_now();
     while (sp->n && (sp->n == SRV_SPILL_MAX || sp->bytes + e.bytes > sp->budget)) {
         int old = 0; /* the least recently used goes */
         for (int k = 1; k < sp->n; k++)

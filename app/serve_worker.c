@@ -423,7 +423,7 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
     if (r->have_seed)
         sp.seed = r->seed;
     else if (!sv->have_seed) /* no seed anywhere: a different draw each time */
-        sp.seed = (uint64_t)(srv_now() * 1e9) ^ ((uint64_t)j->created << 20) ^
+        sp.seed = (uint64_t)(cli_now() * 1e9) ^ ((uint64_t)j->created << 20) ^
                   (uint64_t)(uintptr_t)j;
     if (ms_sampler_open(&sp, sv->info->vocab_size, &sl->smp, &err) ||
         (g->chat && !g->tools &&
@@ -490,7 +490,7 @@ static void slot_finish(srv *sv, slot *sl, const ms_error *err)
     fprintf(stderr, "serve: %s: %lld prompt tokens (%lld reused), %lld generated, %s, "
                 "%.3f s\n", j->id, (long long)j->n_ids, (long long)reused,
                 (long long)gr.n_tokens, cancelled ? "cancelled" : timed_out ? "timed out" : finish,
-                srv_now() - j->t_start);
+                cli_now() - j->t_start);
     __atomic_add_fetch(&sv->m_completion_tokens, gr.n_tokens, __ATOMIC_RELAXED);
     __atomic_add_fetch(cancelled ? &sv->m_cancelled : &sv->m_finished, 1, __ATOMIC_RELAXED);
     if (timed_out)
@@ -567,7 +567,7 @@ static void prompt_cancelled(srv *sv, slot *sl)
     srv_job *j = sl->j;
     fprintf(stderr, "serve: %s: cancelled while its prompt was read (%lld of %lld positions), "
             "%.3f s\n", j->id, (long long)ms_session_pos(sl->s), (long long)j->n_ids,
-            srv_now() - j->t_start);
+            cli_now() - j->t_start);
     __atomic_add_fetch(&sv->m_cancelled, 1, __ATOMIC_RELAXED);
     srv_job_finish(j, 499, NULL);
     slot_free(sl);
@@ -690,7 +690,7 @@ static void mark_used(srv *sv, ms_session *s, int64_t prompt)
         sv->n_used++;
     if (i < 2 * SRV_MAX_SLOTS) {
         sv->used_s[i] = s;
-        sv->used_t[i] = srv_now();
+        sv->used_t[i] = cli_now();
         sv->used_p[i] = prompt;
     }
 }
@@ -837,7 +837,7 @@ void *srv_worker(void *arg)
             if (__atomic_load_n(&sl->j->halt, __ATOMIC_RELAXED))
                 sl->halt = 1;
             if (sv->request_timeout > 0 && !sl->halt &&
-                srv_now() - sl->j->t_start > sv->request_timeout)
+                cli_now() - sl->j->t_start > sv->request_timeout)
                 sl->halt = sl->timed_out = 1;
             int rc = ms_gen_next(sl->gen, &sl->next, &err);
             if (rc == 0 && ms_session_pos(sl->s) >= ms_session_ctx(sl->s)) {
