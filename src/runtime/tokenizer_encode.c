@@ -322,7 +322,8 @@ static int encode_word(enc *e, const uint8_t *s, size_t n)
                       (uint32_t)k};
     if (ms_buf_put(&e->cache_keys, s, n))
         return oom(e);
-    memcpy(e->cache_ids + e->n_cache_ids, e->ids + first, k * sizeof *e->ids);
+    if (k) /* a word of no ids (an empty piece) may come before any id */
+        memcpy(e->cache_ids + e->n_cache_ids, e->ids + first, k * sizeof *e->ids);
     e->n_cache_ids += k;
     e->cache_used++;
     return 0;

@@ -176,7 +176,8 @@ int64_t ms_tok_str_add(struct ms_tokenizer *tok, const void *s, size_t n)
         tok->strs_cap = cap;
     }
     int64_t off = (int64_t)tok->strs_n;
-    memcpy(tok->strs + off, s, n);
+    if (n) /* an empty key has no bytes, maybe not even a buffer */
+        memcpy(tok->strs + off, s, n);
     tok->strs[off + (int64_t)n] = 0;
     tok->strs_n += n + 1;
     return off;
