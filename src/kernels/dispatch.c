@@ -93,6 +93,12 @@ ms_prefetch ms_prefetch_bytes = {8192, 8192, 2048, 24 << 10, 0};
  * order faster than column order (16.6 against 11.5 GB/s a core). */
 int ms_fp8_lanes = 1;
 
+int ms_cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+
 /* AMD family 19h with AVX-512 is Zen 4 (Zen 3, the same family, has
  * none); 1Ah is Zen 5. */
 static int amd_family(void)

@@ -27,6 +27,12 @@ extern __thread uint64_t ms_rows_dispatch;
  * chosen per CPU vendor (dispatch.c, ms_kernels_set_fp8_lanes). */
 extern int ms_fp8_lanes;
 
+/* Whether the CPU converts half floats (F16C: CPUID.1 ECX bit 29), which
+ * the AVX2 and AVX-512 tables need beside their own features. Read from
+ * CPUID, as __builtin_cpu_supports("f16c") is GCC's alone (clang 14
+ * refuses the name, so the kernels did not build with CC=clang). */
+int ms_cpu_f16c(void);
+
 /* rows over X token by token's choice: runs of tokens for which
  * below(x, cols, limit) (every |x| under limit) agrees go together to yes
  * or no, so that what a token gets never depends on the others in its

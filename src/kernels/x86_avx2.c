@@ -516,7 +516,7 @@ const ms_kernel_ops *ms_kernels_avx2(void)
 {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c"))
+        !ms_cpu_f16c())
         return NULL;
     return &avx2_ops;
 }

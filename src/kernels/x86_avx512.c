@@ -706,7 +706,7 @@ const ms_kernel_ops *ms_kernels_avx512(void)
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
         !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
         !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c"))
+        !ms_cpu_f16c())
         return NULL;
     return &avx512_ops;
 }
