@@ -278,6 +278,14 @@ static int open_file(const char *path, const ms_engine *eng, const ms_session *s
     if (h->pos < 0 || h->pos > h->ctx || h->ctx < 1 || h->ctx > (INT64_C(1) << 40))
         return ms_err_set(err, MS_E_FORMAT, "%s: position %lld of a context of %lld", path,
                           (long long)h->pos, (long long)h->ctx);
+    /* the ids come next: a file too short to hold them is refused before a
+     * buffer for h->pos ids is asked for (a damaged position, up to the 2^40
+     * above, asked for gigabytes; found by a libFuzzer run) */
+    struct stat st;
+    if (h->have_ids && fstat(fileno(o->f), &st) == 0 &&
+        h->pos > ((int64_t)st.st_size - (int64_t)sizeof *h) / (int64_t)sizeof(int32_t))
+        return ms_err_set(err, MS_E_FORMAT, "%s: cut short (%lld bytes cannot hold the ids of "
+                          "%lld positions)", path, (long long)st.st_size, (long long)h->pos);
     if (s && (h->ctx != s->ctx || h->fmt != s->kv_fmt))
         return ms_err_set(err, MS_E_MISMATCH, "%s: a context of %lld tokens in %s; this session "
                           "has %lld in %s", path, (long long)h->ctx,

@@ -180,6 +180,17 @@ static void test_refusals(void)
     CHECK(ms_session_pos(e) == 0, "a damaged body left position %lld", (long long)ms_session_pos(e));
     int32_t *got = NULL;
     int64_t n = 0;
+    /* a damaged position (and context) of 2^40: refused from the file's size,
+     * before a buffer of that many ids is asked for */
+    buf[len - 200] ^= 0x40;
+    int64_t huge = INT64_C(1) << 40;
+    memcpy(buf + 16, &huge, sizeof huge); /* header: magic, model, ctx, pos, ... */
+    memcpy(buf + 24, &huge, sizeof huge);
+    f = fopen(cut, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    CHECK(ms_session_file_ids(cut, eng, &got, &n, &err) != 0 && strstr(err.msg, "cut short") &&
+          !got && n == 0, "a huge position: %s", err.msg);
     CHECK(ms_session_file_ids(path, eng, &got, &n, &err) == 0 && n == 20 && got &&
           memcmp(got, ids, sizeof ids) == 0, "file ids: %s", err.msg);
     free(got);
