@@ -6,6 +6,8 @@
 #   tokenizer  tokenizer.json, encode and decode (fuzz_tokenizer.c)
 #   session    session files (fuzz_session.c; the tiny gpt_oss fixture from
 #              $MOESTREAM_FIXTURES, default ../shared/fixtures)
+#   checkpoint a fixture folder's config.json, index and first shard header,
+#              opened and run (fuzz_checkpoint.c; the fixtures as for session)
 # (`run.sh SECONDS` alone still runs the request target.) The library targets
 # link a build of the whole library with clang, -fsanitize=fuzzer-no-link, in
 # build/fuzz/lib. Needs clang and libclang-rt-dev (Debian 12: apt-get install
@@ -18,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=request
 case "${1:-}" in
-request | output | tokenizer | session | all) target=$1; shift ;;
+request | output | tokenizer | session | checkpoint | all) target=$1; shift ;;
 esac
 secs=${1:-60}; shift || true
 out=build/fuzz; mkdir -p "$out"
@@ -63,7 +65,7 @@ run() { # run TARGET CORPUS [flags]
   "$out/fuzz_$t" "$c" -max_total_time="$secs" "${common[@]}" "${par[@]}" "$@"
 }
 
-targets=$target; [ "$target" = all ] && targets="request output tokenizer session"
+targets=$target; [ "$target" = all ] && targets="request output tokenizer session checkpoint"
 for t in $targets; do
   case $t in
   request)
@@ -85,5 +87,11 @@ for t in $targets; do
     export MOESTREAM_FIXTURES=${MOESTREAM_FIXTURES:-../shared/fixtures}
     SEEDS="$c" "$out/fuzz_session"
     run session "$c" -malloc_limit_mb=1024 "$@" ;;
+  checkpoint)
+    library; link checkpoint
+    c="$out/corpus-checkpoint"; mkdir -p "$c"
+    export MOESTREAM_FIXTURES=${MOESTREAM_FIXTURES:-../shared/fixtures}
+    SEEDS="$c" "$out/fuzz_checkpoint"
+    run checkpoint "$c" -malloc_limit_mb=2048 -max_len=65536 "$@" ;;
   esac
 done
