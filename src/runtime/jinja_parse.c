@@ -259,22 +259,17 @@ static size_t lex_tag(parser *p, const char *s, size_t n, size_t i, int block, i
             k->n = j2 - i;
             i = j2;
         } else if (c >= '0' && c <= '9') {
-            char num[64];
-            size_t m = 0, j2 = i;
+            size_t j2 = i;
             int is_float = 0;
             while (j2 < n && ((s[j2] >= '0' && s[j2] <= '9') || (s[j2] == '_' && j2 + 1 < n &&
-                              s[j2 + 1] >= '0' && s[j2 + 1] <= '9'))) {
-                if (s[j2] != '_' && m < sizeof num - 1)
-                    num[m++] = s[j2];
+                              s[j2 + 1] >= '0' && s[j2 + 1] <= '9')))
                 j2++;
-            }
             int after_dot = i > 0 && s[i - 1] == '.';
             if (!after_dot && j2 + 1 < n && s[j2] == '.' && s[j2 + 1] >= '0' && s[j2 + 1] <= '9') {
                 is_float = 1;
-                num[m++] = s[j2++];
+                j2++;
                 while (j2 < n && ((s[j2] >= '0' && s[j2] <= '9') || s[j2] == '_'))
-                    if (s[j2++] != '_' && m < sizeof num - 1)
-                        num[m++] = s[j2 - 1];
+                    j2++;
             }
             if (!after_dot && j2 < n && (s[j2] == 'e' || s[j2] == 'E')) {
                 size_t e = j2 + 1;
@@ -282,24 +277,35 @@ static size_t lex_tag(parser *p, const char *s, size_t n, size_t i, int block, i
                     e++;
                 if (e < n && s[e] >= '0' && s[e] <= '9') {
                     is_float = 1;
-                    while (j2 < e && m < sizeof num - 1)
-                        num[m++] = s[j2++];
+                    j2 = e;
                     while (j2 < n && ((s[j2] >= '0' && s[j2] <= '9') || s[j2] == '_'))
-                        if (s[j2++] != '_' && m < sizeof num - 1)
-                            num[m++] = s[j2 - 1];
+                        j2++;
                 }
             }
-            num[m] = 0;
+            /* the literal without its underscores, whatever its length (a
+             * fixed buffer had been written one byte past its end by a float
+             * of 63 digits before its point; found by a libFuzzer run) */
             tok *k = emit(p, is_float ? T_FLOAT : T_INT, *line);
-            if (is_float) {
+            char small[64], *num = j2 - i < sizeof small ? small : malloc(j2 - i + 1);
+            if (!num)
+                pfail(p, *line, "out of memory reading a numeric literal");
+            size_t m = 0;
+            for (size_t q = i; q < j2; q++)
+                if (s[q] != '_')
+                    num[m++] = s[q];
+            num[m] = 0;
+            unsigned long long v = 0;
+            if (is_float)
                 k->f = strtod(num, NULL);
-            } else {
-                char *e;
-                unsigned long long v = strtoull(num, &e, 10);
-                if (m > 19 || v > INT64_MAX)
-                    pfail(p, *line, "integer literal %s is too large", num);
-                k->i = (int64_t)v;
-            }
+            else
+                v = strtoull(num, NULL, 10);
+            char shown[48];
+            snprintf(shown, sizeof shown, "%.40s%s", num, m > 40 ? "..." : "");
+            if (num != small)
+                free(num);
+            if (!is_float && (m > 19 || v > INT64_MAX))
+                pfail(p, *line, "integer literal %s is too large", shown);
+            k->i = (int64_t)v;
             i = j2;
         } else if (c == '\'' || c == '"') {
             size_t j2 = i + 1;
