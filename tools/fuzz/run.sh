@@ -6,6 +6,7 @@
 #   tokenizer  tokenizer.json, encode and decode (fuzz_tokenizer.c)
 #   session    session files (fuzz_session.c; the tiny gpt_oss fixture from
 #              $MOESTREAM_FIXTURES, default ../shared/fixtures)
+#   jinja      chat templates and their variables (fuzz_jinja.c)
 #   checkpoint a fixture folder's config.json, index and first shard header,
 #              opened and run (fuzz_checkpoint.c; the fixtures as for session)
 # (`run.sh SECONDS` alone still runs the request target.) The library targets
@@ -20,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=request
 case "${1:-}" in
-request | output | tokenizer | session | checkpoint | all) target=$1; shift ;;
+request | output | tokenizer | jinja | session | checkpoint | all) target=$1; shift ;;
 esac
 secs=${1:-60}; shift || true
 out=build/fuzz; mkdir -p "$out"
@@ -65,7 +66,7 @@ run() { # run TARGET CORPUS [flags]
   "$out/fuzz_$t" "$c" -max_total_time="$secs" "${common[@]}" "${par[@]}" "$@"
 }
 
-targets=$target; [ "$target" = all ] && targets="request output tokenizer session checkpoint"
+targets=$target; [ "$target" = all ] && targets="request output tokenizer jinja session checkpoint"
 for t in $targets; do
   case $t in
   request)
@@ -81,6 +82,16 @@ for t in $targets; do
     library; link tokenizer
     c="$out/corpus-tokenizer"; mkdir -p "$c"; /usr/bin/python3 tools/fuzz/tokenizer_seeds.py "$c"
     run tokenizer "$c" -max_len=16384 "$@" ;;
+  jinja)
+    library; link jinja
+    c="$out/corpus-jinja"; mkdir -p "$c"
+    tpl=${MS_TEMPLATES:-../shared/templates}
+    for f in "$tpl"/*.jinja tests/runtime/jinja_cases/*.jinja; do
+      [ -f "$f" ] || continue
+      j=tests/runtime/chat_requests/escapes_in_content.json; [ -f "${f%.jinja}.json" ] && j=${f%.jinja}.json
+      { cat "$f"; printf '\xff'; cat "$j"; } > "$c/$(basename "$(dirname "$f")")_$(basename "$f")"
+    done
+    run jinja "$c" -max_len=65536 "$@" ;;
   session)
     library; link session
     c="$out/corpus-session"; mkdir -p "$c"
