@@ -7,6 +7,8 @@
 #   session    session files (fuzz_session.c; the tiny gpt_oss fixture from
 #              $MOESTREAM_FIXTURES, default ../shared/fixtures)
 #   jinja      chat templates and their variables (fuzz_jinja.c)
+#   template   client requests rendered by the release templates
+#              ($MS_TEMPLATES, default ../shared/templates; fuzz_template.c)
 #   checkpoint a fixture folder's config.json, index and first shard header,
 #              opened and run (fuzz_checkpoint.c; the fixtures as for session)
 # (`run.sh SECONDS` alone still runs the request target.) The library targets
@@ -21,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=request
 case "${1:-}" in
-request | output | tokenizer | jinja | session | checkpoint | all) target=$1; shift ;;
+request | output | tokenizer | jinja | template | session | checkpoint | all) target=$1; shift ;;
 esac
 secs=${1:-60}; shift || true
 out=build/fuzz; mkdir -p "$out"
@@ -66,7 +68,7 @@ run() { # run TARGET CORPUS [flags]
   "$out/fuzz_$t" "$c" -max_total_time="$secs" "${common[@]}" "${par[@]}" "$@"
 }
 
-targets=$target; [ "$target" = all ] && targets="request output tokenizer jinja session checkpoint"
+targets=$target; [ "$target" = all ] && targets="request output tokenizer jinja template session checkpoint"
 for t in $targets; do
   case $t in
   request)
@@ -92,6 +94,15 @@ for t in $targets; do
       { cat "$f"; printf '\xff'; cat "$j"; } > "$c/$(basename "$(dirname "$f")")_$(basename "$f")"
     done
     run jinja "$c" -max_len=65536 "$@" ;;
+  template)
+    library; link template
+    c="$out/corpus-template"; mkdir -p "$c"
+    k=0
+    for f in tests/runtime/chat_requests/*.json; do
+      { printf "\\x$(printf %02x $((k * 37 % 256)))"; cat "$f"; } > "$c/$(basename "$f")"; k=$((k + 1))
+    done
+    export MS_TEMPLATES=${MS_TEMPLATES:-../shared/templates}
+    run template "$c" -max_len=16384 "$@" ;;
   session)
     library; link session
     c="$out/corpus-session"; mkdir -p "$c"
