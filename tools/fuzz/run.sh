@@ -70,6 +70,9 @@ run() { # run TARGET CORPUS [flags]
 
 targets=$target; [ "$target" = all ] && targets="request output tokenizer jinja template session checkpoint"
 for t in $targets; do
+  if [ "$t" != request ]; then # a library target: built, linked, its corpus in $c
+    library; link "$t"; c="$out/corpus-$t"; mkdir -p "$c"
+  fi
   case $t in
   request)
     clang -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Iapp "${san[@]}" \
@@ -77,16 +80,12 @@ for t in $targets; do
     mkdir -p "$out/corpus"; cp -n tools/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
     run request "$out/corpus" -dict=tools/fuzz/request.dict -max_len=4096 "$@" ;;
   output)
-    library; link output
-    c="$out/corpus-output"; mkdir -p "$c"; seed_output "$c"
+    seed_output "$c"
     run output "$c" -max_len=4096 "$@" ;;
   tokenizer)
-    library; link tokenizer
-    c="$out/corpus-tokenizer"; mkdir -p "$c"; /usr/bin/python3 tools/fuzz/tokenizer_seeds.py "$c"
+    /usr/bin/python3 tools/fuzz/tokenizer_seeds.py "$c"
     run tokenizer "$c" -max_len=16384 "$@" ;;
   jinja)
-    library; link jinja
-    c="$out/corpus-jinja"; mkdir -p "$c"
     tpl=${MS_TEMPLATES:-../shared/templates}
     for f in "$tpl"/*.jinja tests/runtime/jinja_cases/*.jinja; do
       [ -f "$f" ] || continue
@@ -95,25 +94,16 @@ for t in $targets; do
     done
     run jinja "$c" -max_len=65536 "$@" ;;
   template)
-    library; link template
-    c="$out/corpus-template"; mkdir -p "$c"
     k=0
     for f in tests/runtime/chat_requests/*.json; do
       { printf "\\x$(printf %02x $((k * 37 % 256)))"; cat "$f"; } > "$c/$(basename "$f")"; k=$((k + 1))
     done
     export MS_TEMPLATES=${MS_TEMPLATES:-../shared/templates}
     run template "$c" -max_len=16384 "$@" ;;
-  session)
-    library; link session
-    c="$out/corpus-session"; mkdir -p "$c"
+  session | checkpoint) # seeded by the target itself, from the fixtures
     export MOESTREAM_FIXTURES=${MOESTREAM_FIXTURES:-../shared/fixtures}
-    SEEDS="$c" "$out/fuzz_session"
-    run session "$c" -malloc_limit_mb=1024 "$@" ;;
-  checkpoint)
-    library; link checkpoint
-    c="$out/corpus-checkpoint"; mkdir -p "$c"
-    export MOESTREAM_FIXTURES=${MOESTREAM_FIXTURES:-../shared/fixtures}
-    SEEDS="$c" "$out/fuzz_checkpoint"
-    run checkpoint "$c" -malloc_limit_mb=2048 -max_len=65536 "$@" ;;
+    SEEDS="$c" "$out/fuzz_$t"
+    if [ "$t" = session ]; then run session "$c" -malloc_limit_mb=1024 "$@"
+    else run checkpoint "$c" -malloc_limit_mb=2048 -max_len=65536 "$@"; fi ;;
   esac
 done
