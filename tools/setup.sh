@@ -5,9 +5,10 @@
 # (oracle, tiny-checkpoint writer), Jinja2 (chat-template oracle), the Prometheus
 # client's text parser (checks /metrics), curl (server tests), Chromium (the chat
 # page, headless), tmux (chat on a terminal), groff (the man page), Open MPI (the
-# pipeline over several processes: `make mpi`, its tests run with mpirun on one machine).
+# pipeline over several processes: `make mpi`, its tests run with mpirun on one machine),
+# clang with its libFuzzer runtime (tools/fuzz; tests/fuzz runs each target briefly).
 set -euo pipefail
-pkgs=(build-essential pkg-config libjansson-dev liburing-dev libpcre2-dev libmicrohttpd-dev libedit-dev groff-base tmux curl python3 python3-numpy python3-jinja2 python3-prometheus-client chromium libopenmpi-dev openmpi-bin)
+pkgs=(build-essential pkg-config libjansson-dev liburing-dev libpcre2-dev libmicrohttpd-dev libedit-dev groff-base tmux curl python3 python3-numpy python3-jinja2 python3-prometheus-client chromium libopenmpi-dev openmpi-bin clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
