@@ -305,7 +305,8 @@ static size_t lex_tag(parser *p, const char *s, size_t n, size_t i, int block, i
                 free(num);
             if (!is_float && (m > 19 || v > INT64_MAX))
                 pfail(p, *line, "integer literal %s is too large", shown);
-            k->i = (int64_t)v;
+            if (!is_float)
+                k->i = (int64_t)v;
             i = j2;
         } else if (c == '\'' || c == '"') {
             size_t j2 = i + 1;
