@@ -17,13 +17,21 @@ if ! command -v clang >/dev/null || ! echo 'int LLVMFuzzerTestOneInput(const cha
 fi
 # a make of its own (not the suite's jobserver, when the suite runs under make)
 unset MAKEFLAGS MFLAGS MAKELEVEL
+if [ -z "${MS_TEMPLATES:-}" ]; then
+  for d in ../shared/templates /work/shared/templates; do [ -d "$d" ] && { MS_TEMPLATES=$d; break; }; done
+fi
 export MS_TEMPLATES=${MS_TEMPLATES:-../shared/templates}
+# `make check` runs the plain and the sanitizer suites at once: the second
+# waits here, then reuses the library the first built in build/fuzz
+mkdir -p build
+exec 9>build/fuzz.lock
+flock 9
 for t in $targets; do
   log=${MS_TMP:-/tmp}/fuzz_$t.log
   if tools/fuzz/run.sh "$t" 0 -runs=2000 -seed=1 >"$log" 2>&1 && grep -q "^Done [0-9]* runs" "$log"; then
     echo "PASS fuzz_$t ($(grep -o "^Done [0-9]* runs" "$log" | tail -1 | cut -d' ' -f2) inputs)"
   else
     echo "FAIL fuzz_$t: tools/fuzz/run.sh $t 0 -runs=2000 -seed=1"
-    grep -E "ERROR|runtime error|SUMMARY|Test unit written|error:|No such" "$log" | head -8 | sed 's/^/     /'
+    grep -E "ERROR|runtime error|SUMMARY|Test unit written|error:|No such|^fuzz_" "$log" | head -8 | sed 's/^/     /'
   fi
 done
