@@ -2,14 +2,15 @@
  * config.json, its model.safetensors.index.json and the header of its first
  * shard, each damaged in any byte, then opened as a model and run for two
  * tokens. The input: a byte picking the fixture family, then config.json,
- * 0xFF, the index, 0xFF, the first shard's JSON header; the folder is built
- * in /dev/shm from them, the first shard's data section as the fixture has
- * it, and links to the fixture's other files. Opening may fail, with a
- * message; nothing may crash, leak, read out of bounds or hang, and a model
- * that opens must run. Seeds: run with SEEDS=DIR to write each family's
+ * 0xFF, the index, 0xFF, the first shard's JSON header. They are written
+ * over the last input's in the family's folder in /dev/shm (made once: links
+ * to the fixture's other files), the first shard with the data section the
+ * fixture has. Opening may fail, with a message; nothing may crash, leak,
+ * read out of bounds or hang, and a model that opens must run. Seeds: run with SEEDS=DIR to write each family's
  * own files and exit. The fixtures: $MOESTREAM_FIXTURES (default
  * ../shared/fixtures). Build and run: tools/fuzz/run.sh checkpoint. */
 #include <dirent.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ enum { N_FAMILIES = 4 };
 
 typedef struct family {
     char dir[1024];
+    char work[128];        /* its folder in /dev/shm: links to dir's other files */
     char first[256];       /* the first shard's name (in name order) */
     uint8_t *data;         /* its data section */
     size_t n_data;
@@ -126,6 +128,47 @@ static void write_seeds(const char *out)
     }
 }
 
+/* fm's work folder, made once: a link to each of the fixture's files but
+ * the three an input writes. */
+static void make_folder(family *fm, int k)
+{
+    snprintf(fm->work, sizeof fm->work, "/dev/shm/moestream-fuzz-ckpt.%d.%d", (int)getpid(), k);
+    mkdir(fm->work, 0755);
+    DIR *d = opendir(fm->dir);
+    if (!d)
+        exit(1);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "config.json") ||
+            !strcmp(e->d_name, "model.safetensors.index.json") || !strcmp(e->d_name, fm->first))
+            continue;
+        char from[PATH_MAX], to[PATH_MAX];
+        snprintf(from, sizeof from, "%s/%s", fm->dir, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", fm->work, e->d_name);
+        unlink(to);
+        if (symlink(from, to))
+            exit(1);
+    }
+    closedir(d);
+}
+
+/* The three damaged files, written over the last input's in fm's folder. */
+static void write_input(const family *fm, const uint8_t *cfg, size_t nc, const uint8_t *idx,
+                        size_t ni, const uint8_t *hdr, size_t nh)
+{
+    write_file(fm->work, "config.json", cfg, nc);
+    write_file(fm->work, "model.safetensors.index.json", idx, ni);
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", fm->work, fm->first);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        abort();
+    uint64_t h = nh;
+    fwrite(&h, 1, 8, f);
+    fwrite(hdr, 1, nh, f);
+    fwrite(fm->data, 1, fm->n_data, f);
+    fclose(f);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
@@ -138,32 +181,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         write_seeds(seeds);
         exit(0);
     }
+    for (int k = 0; k < N_FAMILIES; k++)
+        make_folder(&fams[k], k);
     return 0;
-}
-
-/* The folder for family fm: the fixture's files linked, the three damaged
- * ones written. */
-static void build_folder(const char *dir, const family *fm, const uint8_t *cfg, size_t nc,
-                         const uint8_t *idx, size_t ni, const uint8_t *hdr, size_t nh)
-{
-    char cmd[3000];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && ln -s '%s'/* '%s'/ && rm -f "
-             "'%s/config.json' '%s/model.safetensors.index.json' '%s/%s'",
-             dir, dir, fm->dir, dir, dir, dir, dir, fm->first);
-    if (system(cmd) != 0)
-        abort();
-    write_file(dir, "config.json", cfg, nc);
-    write_file(dir, "model.safetensors.index.json", idx, ni);
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", dir, fm->first);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    uint64_t h = nh;
-    fwrite(&h, 1, 8, f);
-    fwrite(hdr, 1, nh, f);
-    fwrite(fm->data, 1, fm->n_data, f);
-    fclose(f);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -179,15 +199,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!ff2)
         return 0;
     const uint8_t *hdr = ff2 + 1;
-    static char dir[64];
-    if (!dir[0])
-        snprintf(dir, sizeof dir, "/dev/shm/moestream-fuzz-ckpt.%d", (int)getpid());
-    build_folder(dir, fm, cfg, (size_t)(ff1 - cfg), idx, (size_t)(ff2 - idx), hdr,
-                 (size_t)(end - hdr));
+    write_input(fm, cfg, (size_t)(ff1 - cfg), idx, (size_t)(ff2 - idx), hdr, (size_t)(end - hdr));
     ms_engine *eng;
     ms_error err = {0};
     ms_engine_opts eo = {.quiet = 1};
-    if (ms_engine_open(dir, &eo, &eng, &err)) {
+    if (ms_engine_open(fm->work, &eo, &eng, &err)) {
         if (!err.msg[0])
             abort();
         return 0;
