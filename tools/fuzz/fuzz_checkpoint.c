@@ -6,9 +6,10 @@
  * over the last input's in the family's folder in /dev/shm (made once: links
  * to the fixture's other files), the first shard with the data section the
  * fixture has. Opening may fail, with a message; nothing may crash, leak,
- * read out of bounds or hang, and a model that opens must run. Seeds: run with SEEDS=DIR to write each family's
- * own files and exit. The fixtures: $MOESTREAM_FIXTURES (default
- * ../shared/fixtures). Build and run: tools/fuzz/run.sh checkpoint. */
+ * read out of bounds or hang, and a model that opens must run. Seeds: run
+ * with SEEDS=DIR to write each family's own files and exit. The fixtures:
+ * $MOESTREAM_FIXTURES (default ../shared/fixtures). Build and run:
+ * tools/fuzz/run.sh checkpoint. */
 #include <dirent.h>
 #include <limits.h>
 #include <stdint.h>
