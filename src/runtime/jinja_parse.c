@@ -299,11 +299,13 @@ static size_t lex_tag(parser *p, const char *s, size_t n, size_t i, int block, i
                 k->f = strtod(num, NULL);
             else
                 v = strtoull(num, NULL, 10);
-            char shown[48];
-            snprintf(shown, sizeof shown, "%.40s%s", num, m > 40 ? "..." : "");
+            int too_large = !is_float && (m > 19 || v > INT64_MAX);
+            char shown[48]; /* what the refusal quotes, num being freed first */
+            if (too_large)
+                snprintf(shown, sizeof shown, "%.40s%s", num, m > 40 ? "..." : "");
             if (num != small)
                 free(num);
-            if (!is_float && (m > 19 || v > INT64_MAX))
+            if (too_large)
                 pfail(p, *line, "integer literal %s is too large", shown);
             if (!is_float)
                 k->i = (int64_t)v;
