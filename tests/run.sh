@@ -20,6 +20,13 @@ if [ -z "${MOESTREAM_FIXTURES:-}" ]; then
   done
 fi
 export MOESTREAM_FIXTURES=${MOESTREAM_FIXTURES:-../shared/fixtures}
+# and the released chat templates (../shared/templates) the same way
+if [ -z "${MS_TEMPLATES:-}" ]; then
+  for d in ../shared/templates /work/shared/templates; do
+    [ -d "$d" ] && { MS_TEMPLATES=$(cd "$d" && pwd); break; }
+  done
+fi
+export MS_TEMPLATES=${MS_TEMPLATES:-../shared/templates}
 export MS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/moestream-test.XXXXXX")
 trap 'rm -rf "$MS_TMP"' EXIT
 # No user's config file or chat history takes part in a test.

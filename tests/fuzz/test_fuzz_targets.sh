@@ -17,10 +17,7 @@ if ! command -v clang >/dev/null || ! echo 'int LLVMFuzzerTestOneInput(const cha
 fi
 # a make of its own (not the suite's jobserver, when the suite runs under make)
 unset MAKEFLAGS MFLAGS MAKELEVEL
-if [ -z "${MS_TEMPLATES:-}" ]; then
-  for d in ../shared/templates /work/shared/templates; do [ -d "$d" ] && { MS_TEMPLATES=$d; break; }; done
-fi
-export MS_TEMPLATES=${MS_TEMPLATES:-../shared/templates}
+export MS_TEMPLATES=${MS_TEMPLATES:-../shared/templates} # tests/run.sh finds them
 # `make check` runs the plain and the sanitizer suites at once: the second
 # waits here, then reuses the library the first built in build/fuzz
 mkdir -p build
