@@ -2,16 +2,20 @@
  *
  *   serve_request.c  request bodies -> srv_request, OpenAI-style error JSON
  *                    (libc + jansson only: the fuzzing harness in tools/fuzz
- *                    links it alone)
+ *                    links it alone, with serve_responses_request.c)
+ *   serve_responses_request.c
+ *                    a Responses API request -> the chat request it amounts to
  *   serve_http.c     libmicrohttpd: routing, Host / Origin / API key checks,
  *                    body limit, waiting for results, Server-Sent Events
  *   serve_jobs.c     jobs and their queue; preparing a request (template,
  *                    tokens, constraints); /v1/models and /metrics
  *   serve_worker.c   the worker: parallel slots decoded in batched steps, and
  *                    the OpenAI responses (chunks, tool calls, logprobs)
+ *   serve_responses.c
+ *                    a generation as Responses API output items and events
  *   cmd_serve.c      the command: options, engine, sessions, start and stop
  * Dependencies point one way: cmd_serve -> serve_http, serve_worker ->
- * serve_jobs -> serve_request.
+ * serve_responses -> serve_jobs -> serve_request -> serve_responses_request.
  */
 #ifndef MS_APP_SERVE_H
 #define MS_APP_SERVE_H
@@ -24,7 +28,7 @@
 
 /* ---- requests (serve_request.c) --------------------------------------------- */
 
-enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 };
+enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_RESPONSES = 2, SRV_N_KINDS = 3 };
 
 /* An error as OpenAI reports it: HTTP status and the four fields of
  * {"error": {"message", "type", "param", "code"}}; param and code may be
@@ -70,10 +74,14 @@ typedef struct srv_request {
     char *json_schema;           /* json_schema: the schema as JSON text */
     int force_tool;              /* tool_choice: 1 "required", 2 a named function */
     char *force_name;            /* the named function */
+    char *echo_json;             /* responses: the request's fields a response object repeats */
+    int reasoning_summary;       /* responses: reasoning.summary asked (the reasoning is its
+                                  * own summary: there is no summarizer) */
 } srv_request;
 
-/* Parses and validates a request body of /v1/chat/completions (SRV_CHAT) or
- * /v1/completions (SRV_COMPLETION). Fields of the OpenAI API this server
+/* Parses and validates a request body of /v1/chat/completions (SRV_CHAT),
+ * /v1/completions (SRV_COMPLETION) or /v1/responses (SRV_RESPONSES: read as
+ * the chat request srv_responses_to_chat makes of it). Fields of the OpenAI API this server
  * does not implement are refused with a 400 naming them; fields clients
  * send by habit whose absence of effect changes nothing (user, metadata,
  * store, parallel_tool_calls, service_tier, ...) and fields unknown to the
@@ -87,6 +95,18 @@ typedef struct srv_request {
  * srv_request_free (also safe after a failure). */
 int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, srv_err *e);
 void srv_request_free(srv_request *r);
+
+/* serve_responses_request.c: a Responses API request as a chat-completions
+ * request (*chat; *echo: the fields a response object repeats), or -1 with
+ * *e naming the field of the Responses request that cannot be served.
+ * *chat and *echo are the caller's to free, also after a failure. */
+typedef struct json_t json_t;
+int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **echo, srv_err *e);
+
+/* Helpers the request parsers share: a present, non-null member of an
+ * object (NULL otherwise); a 400 "invalid_type" for param. */
+json_t *srv_member(const json_t *o, const char *key);
+int srv_bad_type(srv_err *e, const char *param, const char *want, const json_t *v);
 
 /* Fills *e; returns -1 (for `return srv_fail(...)`). */
 int srv_fail(srv_err *e, int status, const char *type, const char *param, const char *code,
@@ -231,8 +251,9 @@ struct srv {
     double t_start;
     srv_spill spill;           /* the worker's */
     /* counters for /metrics (atomic) */
-    int64_t m_requests[2], m_rejected, m_prompt_tokens, m_cached_tokens, m_completion_tokens,
-            m_steps, m_rows, m_finished, m_cancelled, m_timeouts, m_spill_saved, m_spill_loaded;
+    int64_t m_requests[SRV_N_KINDS], m_rejected, m_prompt_tokens, m_cached_tokens,
+            m_completion_tokens, m_steps, m_rows, m_finished, m_cancelled, m_timeouts,
+            m_spill_saved, m_spill_loaded;
 };
 
 /* serve_spill.c: prompt caches on disk within `budget` bytes under dir
@@ -256,6 +277,10 @@ extern const char srv_chat_html[];
 /* Prometheus text for /metrics (malloc'd). */
 char *srv_metrics_text(srv *sv);
 
+/* Text as a JSON string; bytes that are not UTF-8 (never expected: the
+ * streaming decoder emits whole characters) become U+FFFD. */
+json_t *srv_json_text(const char *s, size_t n);
+
 /* The request's thinking switch, else the server's default. */
 int srv_job_thinking(const srv *sv, const srv_job *j);
 /* The grammar a request asks for (forced tool call, response_format), or
@@ -278,6 +303,34 @@ void *srv_worker(void *arg);
  * it against the context. Thread-safe: runs on the connection's thread. */
 int srv_prepare(srv *sv, srv_job *j, srv_err *e);
 int srv_model_json(const srv *sv, char **out);
+
+/* serve_responses.c: a generation as a Responses API response, built as it
+ * streams (events sent when `stream`) and whole at the end. */
+typedef struct srv_resp {
+    const srv *sv;
+    srv_job *j;
+    int stream;
+    json_t *output;            /* the output items so far */
+    int open;                  /* the item text goes to: none, reasoning, message */
+    int summary;               /* reasoning items also carry their text as a summary */
+    int64_t seq;               /* the next event's sequence_number */
+} srv_resp;
+/* Starts the response (streamed: response.created, response.in_progress). */
+void srv_resp_start(srv_resp *r, const srv *sv, srv_job *j, int stream);
+/* Text of a channel (enum ms_chat_channel), added to the reasoning or the
+ * message item (a new item when the channel changes). */
+void srv_resp_text(srv_resp *r, int chan, const char *s, size_t n);
+/* Tool calls in the chat API's form ({"id", "function": {"name",
+ * "arguments"}}), each a function_call item. */
+void srv_resp_calls(srv_resp *r, const json_t *calls);
+/* Ends it: `cut` by max_output_tokens (status "incomplete") or not. Streamed:
+ * response.completed / response.incomplete is sent and NULL returned; else
+ * the response body (malloc'd). Usage counts as reasoning tokens the
+ * reasoning text's length in tokens. */
+char *srv_resp_end(srv_resp *r, int cut, int64_t n_prompt, int64_t cached, int64_t n_gen);
+/* Streamed: an "error" event carrying srv_error_json's error. */
+void srv_resp_fail(srv_resp *r, const char *error_json);
+void srv_resp_free(srv_resp *r);
 
 /* serve_http.c: starts libmicrohttpd on host:port (port 0: any free port;
  * *bound gets the port). */

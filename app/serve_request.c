@@ -155,6 +155,7 @@ void srv_request_free(srv_request *r)
     free(r->tools_json);
     free(r->json_schema);
     free(r->force_name);
+    free(r->echo_json);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     memset(r, 0, sizeof *r);
@@ -176,7 +177,7 @@ static const char *type_name(const json_t *v)
     }
 }
 
-static int bad_type(srv_err *e, const char *param, const char *want, const json_t *v)
+int srv_bad_type(srv_err *e, const char *param, const char *want, const json_t *v)
 {
     return srv_fail(e, 400, "invalid_request_error", param, "invalid_type",
                     "Invalid type for '%s': expected %s, but got %s instead.", param, want,
@@ -184,7 +185,7 @@ static int bad_type(srv_err *e, const char *param, const char *want, const json_
 }
 
 /* A present, non-null member (NULL otherwise). */
-static json_t *member(const json_t *o, const char *key)
+json_t *srv_member(const json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
     return v && !json_is_null(v) ? v : NULL;
@@ -193,11 +194,11 @@ static json_t *member(const json_t *o, const char *key)
 static int get_number(const json_t *o, const char *key, double lo, double hi, int *have,
                       double *out, srv_err *e)
 {
-    json_t *v = member(o, key);
+    json_t *v = srv_member(o, key);
     if (!v)
         return 0;
     if (!json_is_number(v))
-        return bad_type(e, key, "a number", v);
+        return srv_bad_type(e, key, "a number", v);
     double d = json_number_value(v);
     if (!(d >= lo && d <= hi))
         return srv_fail(e, 400, "invalid_request_error", key, "invalid_value",
@@ -211,11 +212,11 @@ static int get_number(const json_t *o, const char *key, double lo, double hi, in
 static int get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int *have,
                    int64_t *out, srv_err *e)
 {
-    json_t *v = member(o, key);
+    json_t *v = srv_member(o, key);
     if (!v)
         return 0;
     if (!json_is_integer(v))
-        return bad_type(e, key, "an integer", v);
+        return srv_bad_type(e, key, "an integer", v);
     json_int_t i = json_integer_value(v);
     if (i < lo || i > hi)
         return srv_fail(e, 400, "invalid_request_error", key, "invalid_value",
@@ -228,11 +229,11 @@ static int get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int
 
 static int get_bool(const json_t *o, const char *key, int *out, srv_err *e)
 {
-    json_t *v = member(o, key);
+    json_t *v = srv_member(o, key);
     if (!v)
         return 0;
     if (!json_is_boolean(v))
-        return bad_type(e, key, "a boolean", v);
+        return srv_bad_type(e, key, "a boolean", v);
     *out = json_is_true(v);
     return 0;
 }
@@ -259,7 +260,7 @@ static int get_content(const json_t *v, const char *param, char **out, srv_err *
             json_t *part = json_array_get(v, i), *t, *txt;
             snprintf(sub, sizeof sub, "%s[%zu]", param, i);
             if (!json_is_object(part))
-                return bad_type(e, sub, "an object", part);
+                return srv_bad_type(e, sub, "an object", part);
             t = json_object_get(part, "type");
             if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
                 return srv_fail(e, 400, "invalid_request_error", sub, "invalid_value",
@@ -268,7 +269,7 @@ static int get_content(const json_t *v, const char *param, char **out, srv_err *
             txt = json_object_get(part, "text");
             if (!json_is_string(txt)) {
                 snprintf(sub, sizeof sub, "%s[%zu].text", param, i);
-                return bad_type(e, sub, "a string", txt ? txt : json_null());
+                return srv_bad_type(e, sub, "a string", txt ? txt : json_null());
             }
             total += json_string_length(txt) + 1;
         }
@@ -286,7 +287,7 @@ static int get_content(const json_t *v, const char *param, char **out, srv_err *
         *p = 0;
         *out = s;
     } else {
-        return bad_type(e, param, "a string or an array of content parts", v);
+        return srv_bad_type(e, param, "a string or an array of content parts", v);
     }
     if (!*out)
         return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -299,21 +300,21 @@ static int get_tool_calls(const json_t *v, const char *at, json_t **out, srv_err
 {
     char param[160];
     if (!json_is_array(v))
-        return bad_type(e, at, "an array", v);
+        return srv_bad_type(e, at, "an array", v);
     *out = json_array();
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *c = json_array_get(v, i), *f, *name, *args;
         snprintf(param, sizeof param, "%s[%zu]", at, i);
         if (!json_is_object(c))
-            return bad_type(e, param, "an object", c);
+            return srv_bad_type(e, param, "an object", c);
         f = json_object_get(c, "function");
         snprintf(param, sizeof param, "%s[%zu].function", at, i);
         if (!json_is_object(f))
-            return bad_type(e, param, "an object", f ? f : json_null());
+            return srv_bad_type(e, param, "an object", f ? f : json_null());
         name = json_object_get(f, "name");
         snprintf(param, sizeof param, "%s[%zu].function.name", at, i);
         if (!json_is_string(name))
-            return bad_type(e, param, "a string", name ? name : json_null());
+            return srv_bad_type(e, param, "a string", name ? name : json_null());
         args = json_object_get(f, "arguments");
         snprintf(param, sizeof param, "%s[%zu].function.arguments", at, i);
         json_t *a = NULL;
@@ -328,7 +329,7 @@ static int get_tool_calls(const json_t *v, const char *at, json_t **out, srv_err
         } else if (!args || json_is_null(args)) {
             a = json_object();
         } else {
-            return bad_type(e, param, "a JSON string or an object", args);
+            return srv_bad_type(e, param, "a JSON string or an object", args);
         }
         json_t *id = json_object_get(c, "id");
         json_t *n = json_pack("{s:s, s:{s:O, s:o}}", "type", "function", "function", "name",
@@ -342,12 +343,12 @@ static int get_tool_calls(const json_t *v, const char *at, json_t **out, srv_err
 
 static int get_messages(const json_t *root, srv_request *r, json_t *norm, srv_err *e)
 {
-    json_t *ms = member(root, "messages");
+    json_t *ms = srv_member(root, "messages");
     if (!ms)
         return srv_fail(e, 400, "invalid_request_error", "messages", "missing_required_parameter",
                         "Missing required parameter: 'messages'.");
     if (!json_is_array(ms))
-        return bad_type(e, "messages", "an array", ms);
+        return srv_bad_type(e, "messages", "an array", ms);
     size_t n = json_array_size(ms);
     if (n == 0)
         return srv_fail(e, 400, "invalid_request_error", "messages", "invalid_value",
@@ -362,14 +363,14 @@ static int get_messages(const json_t *root, srv_request *r, json_t *norm, srv_er
         char param[96];
         snprintf(param, sizeof param, "messages[%zu]", i);
         if (!json_is_object(m))
-            return bad_type(e, param, "an object", m);
+            return srv_bad_type(e, param, "an object", m);
         snprintf(param, sizeof param, "messages[%zu].role", i);
         role = json_object_get(m, "role");
         if (!role)
             return srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
                             "Missing required parameter: '%s'.", param);
         if (!json_is_string(role))
-            return bad_type(e, param, "a string", role);
+            return srv_bad_type(e, param, "a string", role);
         const char *rs = json_string_value(role);
         int assistant = !strcmp(rs, "assistant"), tool = !strcmp(rs, "tool");
         if (strcmp(rs, "system") && strcmp(rs, "developer") && strcmp(rs, "user") && !assistant &&
@@ -391,34 +392,34 @@ static int get_messages(const json_t *root, srv_request *r, json_t *norm, srv_er
         if (get_content(v, param, &dst->content, e))
             return -1;
         json_object_set_new(nm, "content", json_string(dst->content));
-        if ((v = member(m, "name")) && json_is_string(v))
+        if ((v = srv_member(m, "name")) && json_is_string(v))
             json_object_set(nm, "name", v);
-        if (tool && (v = member(m, "tool_call_id"))) {
+        if (tool && (v = srv_member(m, "tool_call_id"))) {
             snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
             if (!json_is_string(v))
-                return bad_type(e, param, "a string", v);
+                return srv_bad_type(e, param, "a string", v);
             json_object_set(nm, "tool_call_id", v);
         }
         if (!assistant)
             continue;
         /* an assistant turn's reasoning, as this server returns it */
-        v = member(m, "reasoning_content");
+        v = srv_member(m, "reasoning_content");
         if (!v)
-            v = member(m, "reasoning");
+            v = srv_member(m, "reasoning");
         if (v) {
             snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
             if (!json_is_string(v))
-                return bad_type(e, param, "a string", v);
+                return srv_bad_type(e, param, "a string", v);
             if (dup_string(v, &dst->reasoning, e))
                 return -1;
             json_object_set(nm, "reasoning_content", v);
         }
-        json_t *th = member(m, "thinking");
+        json_t *th = srv_member(m, "thinking");
         if (th && json_is_string(th))
             json_object_set(nm, "thinking", th);
         else if (v)
             json_object_set(nm, "thinking", v);
-        if ((v = member(m, "tool_calls"))) {
+        if ((v = srv_member(m, "tool_calls"))) {
             snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
             json_t *calls = NULL;
             int rc = get_tool_calls(v, param, &calls, e);
@@ -434,16 +435,16 @@ static int get_messages(const json_t *root, srv_request *r, json_t *norm, srv_er
 /* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}] */
 static int get_tools(const json_t *root, srv_request *r, json_t *chat, srv_err *e)
 {
-    json_t *tools = member(root, "tools"), *choice = member(root, "tool_choice");
+    json_t *tools = srv_member(root, "tools"), *choice = srv_member(root, "tool_choice");
     char param[96];
     if (tools) {
         if (!json_is_array(tools))
-            return bad_type(e, "tools", "an array", tools);
+            return srv_bad_type(e, "tools", "an array", tools);
         for (size_t i = 0; i < json_array_size(tools); i++) {
             json_t *t = json_array_get(tools, i), *f, *ty;
             snprintf(param, sizeof param, "tools[%zu]", i);
             if (!json_is_object(t))
-                return bad_type(e, param, "an object", t);
+                return srv_bad_type(e, param, "an object", t);
             ty = json_object_get(t, "type");
             if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
                 return srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
@@ -452,15 +453,15 @@ static int get_tools(const json_t *root, srv_request *r, json_t *chat, srv_err *
             f = json_object_get(t, "function");
             snprintf(param, sizeof param, "tools[%zu].function", i);
             if (!json_is_object(f))
-                return bad_type(e, param, "an object", f ? f : json_null());
+                return srv_bad_type(e, param, "an object", f ? f : json_null());
             snprintf(param, sizeof param, "tools[%zu].function.name", i);
             if (!json_is_string(json_object_get(f, "name")))
-                return bad_type(e, param, "a string", json_object_get(f, "name") ?
+                return srv_bad_type(e, param, "a string", json_object_get(f, "name") ?
                                 json_object_get(f, "name") : json_null());
             json_t *pa = json_object_get(f, "parameters");
             snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
             if (pa && !json_is_object(pa))
-                return bad_type(e, param, "an object", pa);
+                return srv_bad_type(e, param, "an object", pa);
         }
     }
     const char *how = "auto";
@@ -475,11 +476,12 @@ static int get_tools(const json_t *root, srv_request *r, json_t *chat, srv_err *
             how = "named";
             json_t *nm = json_object_get(json_object_get(choice, "function"), "name");
             if (!json_is_string(nm))
-                return bad_type(e, "tool_choice.function.name", "a string", nm ? nm : json_null());
+                return srv_bad_type(e, "tool_choice.function.name", "a string",
+                                    nm ? nm : json_null());
             if (dup_string(nm, &r->force_name, e))
                 return -1;
         } else {
-            return bad_type(e, "tool_choice", "a string or an object", choice);
+            return srv_bad_type(e, "tool_choice", "a string or an object", choice);
         }
         if (!strcmp(how, "required") || !strcmp(how, "named")) {
             if (!tools || !json_array_size(tools))
@@ -514,7 +516,7 @@ static int refuse_unimplemented(const json_t *root, srv_err *e)
                                          "function_call", "audio", "modalities", "prediction",
                                          "grammar", "web_search_options", NULL};
     for (int i = 0; fields[i]; i++) {
-        json_t *v = member(root, fields[i]);
+        json_t *v = srv_member(root, fields[i]);
         if (!v || (json_is_false(v)) || (json_is_object(v) && !json_object_size(v)) ||
             (json_is_array(v) && !json_array_size(v)) ||
             (json_is_string(v) && !json_string_length(v)) ||
@@ -531,14 +533,14 @@ static int refuse_unimplemented(const json_t *root, srv_err *e)
  * {"name", "schema", "strict"?}} */
 static int get_response_format(const json_t *root, srv_request *r, srv_err *e)
 {
-    json_t *rf = member(root, "response_format");
+    json_t *rf = srv_member(root, "response_format");
     if (!rf)
         return 0;
     if (!json_is_object(rf))
-        return bad_type(e, "response_format", "an object", rf);
+        return srv_bad_type(e, "response_format", "an object", rf);
     json_t *t = json_object_get(rf, "type");
     if (!json_is_string(t))
-        return bad_type(e, "response_format.type", "a string", t ? t : json_null());
+        return srv_bad_type(e, "response_format.type", "a string", t ? t : json_null());
     const char *ty = json_string_value(t);
     if (!strcmp(ty, "text"))
         return 0;
@@ -552,10 +554,10 @@ static int get_response_format(const json_t *root, srv_request *r, srv_err *e)
                         "\"json_object\" or \"json_schema\".");
     json_t *js = json_object_get(rf, "json_schema");
     if (!json_is_object(js))
-        return bad_type(e, "response_format.json_schema", "an object", js ? js : json_null());
+        return srv_bad_type(e, "response_format.json_schema", "an object", js ? js : json_null());
     json_t *sc = json_object_get(js, "schema");
     if (sc && !json_is_object(sc) && !json_is_boolean(sc))
-        return bad_type(e, "response_format.json_schema.schema", "an object", sc);
+        return srv_bad_type(e, "response_format.json_schema.schema", "an object", sc);
     r->json_mode = 2;
     r->json_schema = sc ? json_dumps(sc, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
     if (!r->json_schema)
@@ -565,7 +567,7 @@ static int get_response_format(const json_t *root, srv_request *r, srv_err *e)
 
 static int get_prompt(const json_t *root, srv_request *r, srv_err *e)
 {
-    json_t *p = member(root, "prompt");
+    json_t *p = srv_member(root, "prompt");
     if (!p)
         return srv_fail(e, 400, "invalid_request_error", "prompt", "missing_required_parameter",
                         "Missing required parameter: 'prompt'.");
@@ -577,13 +579,13 @@ static int get_prompt(const json_t *root, srv_request *r, srv_err *e)
         p = json_array_get(p, 0);
     }
     if (!json_is_string(p))
-        return bad_type(e, "prompt", "a string", p);
+        return srv_bad_type(e, "prompt", "a string", p);
     return dup_string(p, &r->prompt, e);
 }
 
 static int get_stop(const json_t *root, srv_request *r, srv_err *e)
 {
-    json_t *v = member(root, "stop");
+    json_t *v = srv_member(root, "stop");
     if (!v)
         return 0;
     if (json_is_string(v)) {
@@ -593,7 +595,7 @@ static int get_stop(const json_t *root, srv_request *r, srv_err *e)
         return dup_string(v, &r->stop[0], e);
     }
     if (!json_is_array(v))
-        return bad_type(e, "stop", "a string or an array of strings", v);
+        return srv_bad_type(e, "stop", "a string or an array of strings", v);
     if (json_array_size(v) > SRV_MAX_STOP)
         return srv_fail(e, 400, "invalid_request_error", "stop", "invalid_value",
                         "Invalid value for 'stop': %zu sequences, at most %d.",
@@ -603,7 +605,7 @@ static int get_stop(const json_t *root, srv_request *r, srv_err *e)
         if (!json_is_string(s)) {
             char param[32];
             snprintf(param, sizeof param, "stop[%zu]", i);
-            return bad_type(e, param, "a string", s);
+            return srv_bad_type(e, param, "a string", s);
         }
         if (json_string_length(s) == 0)
             continue;
@@ -619,9 +621,9 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
     json_t *v;
     int have = 0;
     int64_t iv = 0;
-    if ((v = member(root, "model"))) {
+    if ((v = srv_member(root, "model"))) {
         if (!json_is_string(v))
-            return bad_type(e, "model", "a string", v);
+            return srv_bad_type(e, "model", "a string", v);
         if (dup_string(v, &r->model, e))
             return -1;
     }
@@ -649,16 +651,16 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
     if (get_stop(root, r, e) || get_bool(root, "stream", &r->stream, e) ||
         get_bool(root, "ignore_eos", &r->ignore_eos, e))
         return -1;
-    if ((v = member(root, "stream_options"))) {
+    if ((v = srv_member(root, "stream_options"))) {
         if (!json_is_object(v))
-            return bad_type(e, "stream_options", "an object", v);
-        json_t *u = member(v, "include_usage");
+            return srv_bad_type(e, "stream_options", "an object", v);
+        json_t *u = srv_member(v, "include_usage");
         if (u && !json_is_boolean(u))
-            return bad_type(e, "stream_options.include_usage", "a boolean", u);
+            return srv_bad_type(e, "stream_options.include_usage", "a boolean", u);
         r->include_usage = u && json_is_true(u);
     }
     /* chat: logprobs true + top_logprobs 0..20; completions: logprobs 0..5 */
-    json_t *lpv = member(root, "logprobs");
+    json_t *lpv = srv_member(root, "logprobs");
     if (lpv && r->kind == SRV_CHAT) {
         if (get_bool(root, "logprobs", &r->logprobs, e))
             return -1;
@@ -672,7 +674,7 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
             return -1;
         r->logprobs = 1;
         r->top_logprobs = (int)iv;
-    } else if (member(root, "top_logprobs") && r->kind == SRV_CHAT) {
+    } else if (srv_member(root, "top_logprobs") && r->kind == SRV_CHAT) {
         return srv_fail(e, 400, "invalid_request_error", "top_logprobs", "invalid_value",
                         "Invalid value for 'top_logprobs': it needs 'logprobs' true.");
     }
@@ -680,9 +682,9 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
         get_number(root, "repeat_penalty", 0.01, 100, &r->have_repeat, &r->repeat_penalty, e) ||
         refuse_unimplemented(root, e) || get_response_format(root, r, e))
         return -1;
-    if ((v = member(root, "reasoning_effort"))) {
+    if ((v = srv_member(root, "reasoning_effort"))) {
         if (!json_is_string(v))
-            return bad_type(e, "reasoning_effort", "a string", v);
+            return srv_bad_type(e, "reasoning_effort", "a string", v);
         const char *s = json_string_value(v);
         if (strcmp(s, "low") && strcmp(s, "medium") && strcmp(s, "high"))
             return srv_fail(e, 400, "invalid_request_error", "reasoning_effort", "invalid_value",
@@ -691,12 +693,12 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
         if (dup_string(v, &r->reasoning_effort, e))
             return -1;
     }
-    if ((v = member(root, "chat_template_kwargs"))) {
+    if ((v = srv_member(root, "chat_template_kwargs"))) {
         if (!json_is_object(v))
-            return bad_type(e, "chat_template_kwargs", "an object", v);
-        json_t *t = member(v, "enable_thinking");
+            return srv_bad_type(e, "chat_template_kwargs", "an object", v);
+        json_t *t = srv_member(v, "enable_thinking");
         if (t && !json_is_boolean(t))
-            return bad_type(e, "chat_template_kwargs.enable_thinking", "a boolean", t);
+            return srv_bad_type(e, "chat_template_kwargs.enable_thinking", "a boolean", t);
         if (t)
             r->thinking = json_is_true(t);
     }
@@ -715,17 +717,34 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
         return srv_fail(e, 400, "invalid_request_error", NULL, "invalid_json",
                         "We could not parse the JSON body of your request: %s (line %d, "
                         "column %d).", je.text, je.line, je.column);
-    int rc = -1;
-    json_t *chat = json_object(), *norm = json_array();
+    int rc = -1, chatlike = kind != SRV_COMPLETION;
+    json_t *chat = json_object(), *norm = json_array(), *echo = NULL;
     json_object_set(chat, "messages", norm);
-    if (!json_is_object(root))
+    if (!json_is_object(root)) {
         srv_fail(e, 400, "invalid_request_error", NULL, "invalid_json",
                  "The request body must be a JSON object, got %s.", type_name(root));
-    else if ((kind == SRV_CHAT ? get_messages(root, r, norm, e) : get_prompt(root, r, e)) == 0 &&
-             get_options(root, r, e) == 0 && (kind != SRV_CHAT || get_tools(root, r, chat, e) == 0))
+        goto out;
+    }
+    if (kind == SRV_RESPONSES) {
+        /* the chat request it amounts to is what the rest reads */
+        json_t *req = NULL;
+        int bad = srv_responses_to_chat(root, &req, &echo, e);
+        json_decref(root);
+        root = req;
+        if (bad)
+            goto out;
+        r->reasoning_summary =
+            json_is_string(json_object_get(json_object_get(echo, "reasoning"), "summary"));
+        if (!(r->echo_json = json_dumps(echo, JSON_COMPACT))) {
+            srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto out;
+        }
+    }
+    if ((chatlike ? get_messages(root, r, norm, e) : get_prompt(root, r, e)) == 0 &&
+        get_options(root, r, e) == 0 && (!chatlike || get_tools(root, r, chat, e) == 0))
         rc = 0;
-    json_t *kw = member(root, "chat_template_kwargs");
-    if (rc == 0 && kind == SRV_CHAT) {
+    json_t *kw = srv_member(root, "chat_template_kwargs");
+    if (rc == 0 && chatlike) {
         if (kw)
             json_object_set(chat, "chat_template_kwargs", kw);
         if (!(r->chat_json = json_dumps(chat, JSON_COMPACT))) {
@@ -733,6 +752,8 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
             rc = -1;
         }
     }
+out:
+    json_decref(echo);
     json_decref(norm);
     json_decref(chat);
     json_decref(root);

@@ -123,6 +123,157 @@ static void test_chat_normalized(void)
     srv_request_free(&r);
 }
 
+/* A Responses API request read as the chat request it amounts to: the
+ * instructions first, typed items in order (calls joining the assistant
+ * message before them, reasoning given to the next assistant message, call
+ * outputs as tool messages), flat tools and tool_choice in the chat form,
+ * text.format as response_format, and the fields a response repeats. */
+static void test_responses_translated(void)
+{
+    srv_request r;
+    srv_err e;
+    const char *b =
+        "{\"model\": \"m\", \"instructions\": \"Be brief.\", \"input\": ["
+        "{\"role\": \"user\", \"content\": \"w?\"},"
+        "{\"type\": \"reasoning\", \"id\": \"rs_1\", \"summary\": [], \"content\": [{\"type\": "
+        "\"reasoning_text\", \"text\": \"R\"}], \"encrypted_content\": \"x\"},"
+        "{\"type\": \"message\", \"role\": \"assistant\", \"content\": [{\"type\": \"output_text\","
+        " \"text\": \"A\"}]},"
+        "{\"type\": \"function_call\", \"call_id\": \"c1\", \"name\": \"f\", \"arguments\": "
+        "\"{\\\"a\\\": 1}\"},"
+        "{\"type\": \"function_call\", \"call_id\": \"c2\", \"name\": \"g\", \"arguments\": \"{}\"},"
+        "{\"type\": \"function_call_output\", \"call_id\": \"c1\", \"output\": \"21C\"},"
+        "{\"type\": \"function_call_output\", \"call_id\": \"c2\", \"output\": [{\"type\": "
+        "\"input_text\", \"text\": \"ok\"}]},"
+        "{\"type\": \"message\", \"role\": \"user\", \"content\": [{\"type\": \"input_text\", "
+        "\"text\": \"a\"}, {\"type\": \"input_text\", \"text\": \"b\"}]}],"
+        "\"tools\": [{\"type\": \"function\", \"name\": \"f\", \"parameters\": {\"type\": "
+        "\"object\"}, \"strict\": true}], \"tool_choice\": {\"type\": \"function\", \"name\": \"f\"},"
+        "\"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"x\", \"schema\": {\"type\": "
+        "\"object\"}}}, \"max_output_tokens\": 9, \"temperature\": 0.5, \"stream\": true, "
+        "\"reasoning\": {\"effort\": \"minimal\", \"summary\": \"auto\"}, \"store\": true, "
+        "\"include\": [\"reasoning.encrypted_content\"], \"metadata\": {\"k\": \"v\"}, "
+        "\"parallel_tool_calls\": false}";
+    CHECK(parse(SRV_RESPONSES, b, &r, &e) == 0, "%s", e.message);
+    CHECK(r.kind == SRV_RESPONSES && r.max_tokens == 9 && r.stream && r.have_temperature &&
+          r.temperature == 0.5, "options");
+    CHECK(r.reasoning_effort && !strcmp(r.reasoning_effort, "low"), "effort minimal -> low");
+    CHECK(r.force_tool == 2 && r.force_name && !strcmp(r.force_name, "f"), "tool_choice");
+    CHECK(r.json_mode == 2 && r.json_schema && strstr(r.json_schema, "object"), "text.format");
+    CHECK(r.tools_json && strstr(r.tools_json, "\"function\":{") &&
+          strstr(r.tools_json, "\"description\":\"\""), "tools: %s",
+          r.tools_json ? r.tools_json : "(null)");
+    json_t *j = r.chat_json ? json_loads(r.chat_json, 0, NULL) : NULL;
+    json_t *m = json_object_get(j, "messages");
+    CHECK(json_array_size(m) == 6, "6 messages: %s", r.chat_json ? r.chat_json : "(null)");
+    static const char *const roles[] = {"system", "user", "assistant", "tool", "tool", "user"};
+    for (size_t i = 0; i < 6 && i < json_array_size(m); i++)
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(m, i), "role")), roles[i]),
+              "message %zu: role", i);
+    json_t *a = json_array_get(m, 2), *calls = json_object_get(a, "tool_calls");
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(m, 0), "content")),
+                  "Be brief."), "instructions first");
+    CHECK(!strcmp(json_string_value(json_object_get(a, "content")), "A") &&
+          !strcmp(json_string_value(json_object_get(a, "reasoning_content")), "R") &&
+          json_array_size(calls) == 2, "assistant: text, reasoning, both calls");
+    CHECK(json_is_object(json_object_get(json_object_get(json_array_get(calls, 0), "function"),
+                                         "arguments")), "call arguments parsed");
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(calls, 1), "id")), "c2"),
+          "call ids");
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(m, 4), "content")), "ok") &&
+          !strcmp(json_string_value(json_object_get(json_array_get(m, 4), "tool_call_id")), "c2"),
+          "call output");
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(m, 5), "content")), "a\nb"),
+          "parts joined");
+    json_decref(j);
+    json_t *echo = r.echo_json ? json_loads(r.echo_json, 0, NULL) : NULL;
+    CHECK(echo && !strcmp(json_string_value(json_object_get(echo, "instructions")), "Be brief.") &&
+          json_integer_value(json_object_get(echo, "max_output_tokens")) == 9 &&
+          json_is_false(json_object_get(echo, "store")) &&
+          json_is_false(json_object_get(echo, "parallel_tool_calls")) &&
+          !strcmp(json_string_value(json_object_get(json_object_get(echo, "reasoning"), "effort")),
+                  "minimal") &&
+          json_array_size(json_object_get(echo, "tools")) == 1, "echo %s",
+          r.echo_json ? r.echo_json : "(null)");
+    json_decref(echo);
+    srv_request_free(&r);
+
+    /* a string input, nothing else: one user message; OpenAI's defaults echoed */
+    CHECK(parse(SRV_RESPONSES, "{\"input\": \"hi\"}", &r, &e) == 0, "%s", e.message);
+    CHECK(r.n_msgs == 1 && !strcmp(r.msgs[0].role, "user") && !strcmp(r.msgs[0].content, "hi") &&
+          r.max_tokens == -1 && !r.stream && !r.tools_json && !r.json_mode, "string input");
+    CHECK(r.echo_json && strstr(r.echo_json, "\"tool_choice\":\"auto\"") &&
+          strstr(r.echo_json, "\"format\":{\"type\":\"text\"}") &&
+          strstr(r.echo_json, "\"instructions\":null"), "defaults %s",
+          r.echo_json ? r.echo_json : "(null)");
+    srv_request_free(&r);
+
+    /* a call without an assistant message before it opens one; reasoning
+     * from the summary when there is no content */
+    CHECK(parse(SRV_RESPONSES, "{\"input\": [{\"role\": \"user\", \"content\": \"q\"}, {\"type\": "
+                               "\"reasoning\", \"summary\": [{\"type\": \"summary_text\", \"text\": "
+                               "\"S\"}]}, {\"type\": \"function_call\", \"call_id\": \"c\", \"name\":"
+                               " \"f\", \"arguments\": \"{}\"}, {\"type\": \"function_call_output\","
+                               " \"call_id\": \"c\", \"output\": \"o\"}], \"tool_choice\": "
+                               "\"required\", \"tools\": [{\"type\": \"function\", \"name\": \"f\"}]}",
+                &r, &e) == 0, "%s", e.message);
+    CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].role, "assistant") && r.msgs[1].reasoning &&
+          !strcmp(r.msgs[1].reasoning, "S") && r.force_tool == 1, "call alone");
+    srv_request_free(&r);
+}
+
+static void test_responses_refusals(void)
+{
+    refused(SRV_RESPONSES, "{}", 400, "input", "missing_required_parameter");
+    refused(SRV_RESPONSES, "{\"input\": 3}", 400, "input", "invalid_type");
+    refused(SRV_RESPONSES, "{\"input\": []}", 400, "input", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": [\"x\"]}", 400, "input[0]", "invalid_type");
+    refused(SRV_RESPONSES, "{\"input\": [{\"content\": \"x\"}]}", 400, "input[0].role",
+            "missing_required_parameter");
+    refused(SRV_RESPONSES, "{\"input\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400,
+            "input[0].role", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                           "\"input_image\", \"image_url\": \"u\"}]}]}", 400,
+            "input[0].content[0]", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": [{\"type\": \"function_call\", \"name\": \"f\", "
+                           "\"arguments\": \"{}\"}]}", 400, "input[0].call_id",
+            "missing_required_parameter");
+    refused(SRV_RESPONSES, "{\"input\": [{\"type\": \"function_call_output\", \"call_id\": \"c\"}]}",
+            400, "input[0].output", "missing_required_parameter");
+    refused(SRV_RESPONSES, "{\"input\": [{\"type\": \"item_reference\", \"id\": \"x\"}]}", 400,
+            "input[0]", "unsupported_parameter");
+    refused(SRV_RESPONSES, "{\"input\": [{\"type\": \"web_search_call\"}]}", 400, "input[0].type",
+            "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}", 400,
+            "previous_response_id", "unsupported_parameter");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"background\": true}", 400, "background",
+            "unsupported_parameter");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"include\": [\"message.output_text.logprobs\"]}",
+            400, "include[0]", "unsupported_parameter");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"top_logprobs\": 2}", 400, "top_logprobs",
+            "unsupported_parameter");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"instructions\": 1}", 400, "instructions",
+            "invalid_type");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}", 400,
+            "tools[0].type", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"function\"}]}", 400,
+            "tools[0].name", "invalid_type");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"tool_choice\": {\"type\": \"mcp\"}}", 400,
+            "tool_choice.type", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"tool_choice\": \"required\"}", 400, "tool_choice",
+            "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}",
+            400, "text.format.schema", "missing_required_parameter");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"xml\"}}}", 400,
+            "text.format.type", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"max_output_tokens\": 0}", 400,
+            "max_output_tokens", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"max_output_tokens\": \"9\"}", 400,
+            "max_output_tokens", "invalid_type");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"reasoning\": {\"effort\": 1}}", 400,
+            "reasoning.effort", "invalid_type");
+}
+
 static void test_access(void)
 {
     const char *allow[] = {"box.lan"}, *cors[] = {"https://app.example"};
@@ -278,7 +429,7 @@ static void test_fuzz_corpus(void)
         static char buf[1 << 16];
         size_t len = fread(buf, 1, sizeof buf, f);
         fclose(f);
-        for (int kind = SRV_CHAT; kind <= SRV_COMPLETION; kind++) {
+        for (int kind = 0; kind < SRV_N_KINDS; kind++) {
             srv_request r;
             srv_err e;
             if (srv_parse_request(kind, buf, len, &r, &e))
@@ -295,6 +446,8 @@ int main(void)
 {
     TEST_CASE(test_chat_fields);
     TEST_CASE(test_chat_normalized);
+    TEST_CASE(test_responses_translated);
+    TEST_CASE(test_responses_refusals);
     TEST_CASE(test_access);
     TEST_CASE(test_completion_fields);
     TEST_CASE(test_refusals);

@@ -1,6 +1,7 @@
-/* libFuzzer target for the server's request parser (app/serve_request.c):
- * any byte string as the body of /v1/chat/completions and of /v1/completions,
- * and as an Authorization header. The parser must never crash, leak or read
+/* libFuzzer target for the server's request parser (app/serve_request.c,
+ * app/serve_responses_request.c): any byte string as the body of
+ * /v1/chat/completions, /v1/completions and /v1/responses, and as an
+ * Authorization header. The parser must never crash, leak or read
  * out of bounds; on success the request must hold what the rest of the server
  * relies on, on failure the error must be a valid JSON object with a 4xx/5xx
  * status. Build and run: tools/fuzz/run.sh (clang, -fsanitize=fuzzer,address,undefined). */
@@ -15,8 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_request(const srv_request *r)
 {
-    if (r->kind == SRV_CHAT) {
-        if (r->n_msgs < 1 || !r->msgs)
+    if (r->kind != SRV_COMPLETION) {
+        if (r->n_msgs < 1 || !r->msgs || !r->chat_json)
             abort();
         for (int i = 0; i < r->n_msgs; i++)
             if (!r->msgs[i].role || !r->msgs[i].content)
@@ -52,7 +53,7 @@ static void check_error(const srv_err *e)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    for (int kind = SRV_CHAT; kind <= SRV_COMPLETION; kind++) {
+    for (int kind = 0; kind < SRV_N_KINDS; kind++) {
         srv_request r;
         srv_err e;
         if (srv_parse_request(kind, (const char *)data, size, &r, &e) == 0)

@@ -1,0 +1,441 @@
+/* moestream serve: a request of OpenAI's Responses API (POST /v1/responses)
+ * as the chat-completions request it amounts to. The Responses API is what
+ * gpt-oss was released for and what newer clients speak by default (the
+ * Vercel AI SDK's OpenAI provider, agents such as Codex): `instructions`
+ * and typed input items (messages, function calls and their outputs,
+ * reasoning) instead of `messages`, flat function tools, `text.format`
+ * instead of `response_format`, `max_output_tokens`. Translating keeps one
+ * path from a request to the template, the sampler and the tool-call
+ * parser: srv_parse_request then reads the result as a chat request, and
+ * only the output (serve_responses.c) differs. libc + jansson only, like
+ * serve_request.c (the fuzzing harness links both).
+ *
+ * What the server cannot do is refused with a 400 naming the field: stored
+ * responses (previous_response_id, item_reference), non-text input parts,
+ * tools other than functions, background runs, logprobs. Fields that only
+ * matter to OpenAI's platform (store, metadata, user, prompt_cache_key,
+ * safety_identifier, service_tier, truncation, parallel_tool_calls,
+ * include's "reasoning.encrypted_content": reasoning comes back in clear)
+ * are accepted and have no effect; store is answered false. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+
+static int unsupported(srv_err *e, const char *param, const char *what)
+{
+    return srv_fail(e, 400, "invalid_request_error", param, "unsupported_parameter",
+                    "Unsupported parameter: '%s': %s.", param, what);
+}
+
+/* Text of a content array's parts of the given types (joined with
+ * newlines), or a string as it is. */
+static int item_text(const json_t *v, const char *param, const char *const *types,
+                     json_t **out, srv_err *e)
+{
+    char sub[160];
+    if (json_is_string(v)) {
+        *out = json_incref((json_t *)v);
+        return 0;
+    }
+    if (!json_is_array(v))
+        return srv_bad_type(e, param, "a string or an array of content parts", v);
+    size_t n = json_array_size(v);
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(v, i), *t;
+        snprintf(sub, sizeof sub, "%s[%zu]", param, i);
+        if (!json_is_object(p))
+            return srv_bad_type(e, sub, "an object", p);
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        int ok = 0;
+        for (int k = 0; ty && types[k]; k++)
+            ok |= !strcmp(ty, types[k]);
+        if (!ok)
+            return srv_fail(e, 400, "invalid_request_error", sub, "invalid_value",
+                            "Invalid content part '%s': type \"%.40s\" is not supported (%s%s%s).",
+                            sub, ty ? ty : "(none)", types[0], types[1] ? ", " : "",
+                            types[1] ? types[1] : "");
+        t = json_object_get(p, !strcmp(ty, "refusal") ? "refusal" : "text");
+        if (!json_is_string(t)) {
+            snprintf(sub, sizeof sub, "%s[%zu].text", param, i);
+            return srv_bad_type(e, sub, "a string", t ? t : json_null());
+        }
+    }
+    size_t total = 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(v, i);
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        json_t *t = json_object_get(p, !strcmp(ty, "refusal") ? "refusal" : "text");
+        total += json_string_length(t) + 1;
+    }
+    char *buf = malloc(total), *q = buf;
+    if (!buf)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(v, i);
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        json_t *t = json_object_get(p, !strcmp(ty, "refusal") ? "refusal" : "text");
+        if (i)
+            *q++ = '\n';
+        memcpy(q, json_string_value(t), json_string_length(t));
+        q += json_string_length(t);
+    }
+    *out = json_stringn(buf, (size_t)(q - buf));
+    free(buf);
+    if (!*out)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return 0;
+}
+
+static const char *const USER_PARTS[] = {"input_text", "output_text", NULL};
+static const char *const ASSISTANT_PARTS[] = {"output_text", "refusal", NULL};
+static const char *const REASONING_PARTS[] = {"reasoning_text", NULL};
+static const char *const SUMMARY_PARTS[] = {"summary_text", NULL};
+
+/* A required string member of an item. */
+static int item_string(const json_t *item, const char *key, const char *at, json_t **out,
+                       srv_err *e)
+{
+    char param[160];
+    snprintf(param, sizeof param, "%s.%s", at, key);
+    json_t *v = json_object_get(item, key);
+    if (!v || json_is_null(v))
+        return srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
+                        "Missing required parameter: '%s'.", param);
+    if (!json_is_string(v))
+        return srv_bad_type(e, param, "a string", v);
+    *out = v;
+    return 0;
+}
+
+/* The chat messages of `input`: items in order; function calls join the
+ * assistant message before them (or open one), a reasoning item gives its
+ * text to the next assistant message. */
+static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
+{
+    char at[96], param[160];
+    if (json_is_string(input)) {
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", input));
+        return 0;
+    }
+    if (!json_is_array(input))
+        return srv_bad_type(e, "input", "a string or an array of input items", input);
+    json_t *open = NULL;       /* the assistant message calls may still join */
+    json_t *thinking = NULL;   /* reasoning waiting for its assistant message */
+    int rc = 0;
+    for (size_t i = 0; i < json_array_size(input) && rc == 0; i++) {
+        json_t *it = json_array_get(input, i), *v = NULL, *role = NULL;
+        snprintf(at, sizeof at, "input[%zu]", i);
+        if (!json_is_object(it)) {
+            rc = srv_bad_type(e, at, "an object", it);
+            break;
+        }
+        json_t *tyv = json_object_get(it, "type");
+        if (tyv && !json_is_string(tyv)) {
+            snprintf(param, sizeof param, "%s.type", at);
+            rc = srv_bad_type(e, param, "a string", tyv);
+            break;
+        }
+        const char *ty = tyv ? json_string_value(tyv) : "message";
+        if (!strcmp(ty, "message")) {
+            if ((rc = item_string(it, "role", at, &role, e)))
+                break;
+            const char *rs = json_string_value(role);
+            int assistant = !strcmp(rs, "assistant");
+            if (!assistant && strcmp(rs, "user") && strcmp(rs, "system") &&
+                strcmp(rs, "developer")) {
+                snprintf(param, sizeof param, "%s.role", at);
+                rc = srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
+                              "Invalid value for '%s': \"%.40s\" is not supported (user, system, "
+                              "developer, assistant).", param, rs);
+                break;
+            }
+            snprintf(param, sizeof param, "%s.content", at);
+            json_t *c = json_object_get(it, "content");
+            if (!c || json_is_null(c)) {
+                rc = srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
+                              "Missing required parameter: '%s'.", param);
+                break;
+            }
+            if ((rc = item_text(c, param, assistant ? ASSISTANT_PARTS : USER_PARTS, &v, e)))
+                break;
+            json_t *m = json_pack("{s:O, s:o}", "role", role, "content", v);
+            if (assistant && thinking) {
+                json_object_set(m, "reasoning_content", thinking);
+                json_decref(thinking);
+                thinking = NULL;
+            }
+            json_array_append_new(msgs, m);
+            open = assistant ? m : NULL;
+        } else if (!strcmp(ty, "function_call")) {
+            json_t *call_id, *name, *args;
+            if ((rc = item_string(it, "call_id", at, &call_id, e)) ||
+                (rc = item_string(it, "name", at, &name, e)) ||
+                (rc = item_string(it, "arguments", at, &args, e)))
+                break;
+            if (!open) {
+                open = json_pack("{s:s, s:n}", "role", "assistant", "content");
+                json_array_append_new(msgs, open);
+            }
+            if (thinking) {
+                json_object_set(open, "reasoning_content", thinking);
+                json_decref(thinking);
+                thinking = NULL;
+            }
+            json_t *calls = json_object_get(open, "tool_calls");
+            if (!calls)
+                json_object_set_new(open, "tool_calls", calls = json_array());
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", call_id,
+                                                   "type", "function", "function", "name", name,
+                                                   "arguments", args));
+        } else if (!strcmp(ty, "function_call_output")) {
+            json_t *call_id;
+            if ((rc = item_string(it, "call_id", at, &call_id, e)))
+                break;
+            snprintf(param, sizeof param, "%s.output", at);
+            json_t *o = json_object_get(it, "output");
+            if (!o || json_is_null(o)) {
+                rc = srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
+                              "Missing required parameter: '%s'.", param);
+                break;
+            }
+            if ((rc = item_text(o, param, USER_PARTS, &v, e)))
+                break;
+            json_array_append_new(msgs, json_pack("{s:s, s:O, s:o}", "role", "tool",
+                                                  "tool_call_id", call_id, "content", v));
+            open = NULL;
+        } else if (!strcmp(ty, "reasoning")) {
+            /* its text in clear (content), else its summary; encrypted_content
+             * is OpenAI's and cannot be read here */
+            json_t *c = json_object_get(it, "content"), *s = json_object_get(it, "summary");
+            snprintf(param, sizeof param, "%s.%s", at,
+                     json_array_size(c) ? "content" : "summary");
+            if (json_array_size(c))
+                rc = item_text(c, param, REASONING_PARTS, &v, e);
+            else if (json_array_size(s))
+                rc = item_text(s, param, SUMMARY_PARTS, &v, e);
+            if (rc)
+                break;
+            json_decref(thinking);
+            thinking = v;
+        } else if (!strcmp(ty, "item_reference")) {
+            rc = unsupported(e, at, "this server does not store responses or items; send the "
+                             "items themselves");
+        } else {
+            snprintf(param, sizeof param, "%s.type", at);
+            rc = srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
+                          "Invalid value for '%s': input items of type \"%.40s\" are not "
+                          "supported (message, function_call, function_call_output, reasoning).",
+                          param, ty);
+        }
+    }
+    json_decref(thinking);
+    if (rc == 0 && json_array_size(msgs) == 0)
+        rc = srv_fail(e, 400, "invalid_request_error", "input", "invalid_value",
+                      "Invalid value for 'input': it holds no message.");
+    return rc;
+}
+
+/* tools: [{"type": "function", "name", "description"?, "parameters"?, "strict"?}] */
+static int tools_of(const json_t *root, json_t *chat, srv_err *e)
+{
+    json_t *tools = srv_member(root, "tools"), *choice = srv_member(root, "tool_choice");
+    char param[96];
+    if (tools) {
+        if (!json_is_array(tools))
+            return srv_bad_type(e, "tools", "an array", tools);
+        json_t *out = json_array();
+        json_object_set_new(chat, "tools", out);
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+            json_t *t = json_array_get(tools, i), *f;
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            if (!json_is_object(t))
+                return srv_bad_type(e, param, "an object", t);
+            const char *ty = json_string_value(json_object_get(t, "type"));
+            if (!ty || strcmp(ty, "function")) {
+                snprintf(param, sizeof param, "tools[%zu].type", i);
+                return srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
+                                "Invalid value for '%s': \"%.40s\": only \"function\" tools are "
+                                "supported.", param, ty ? ty : "(none)");
+            }
+            json_t *name = json_object_get(t, "name");
+            if (!json_is_string(name)) {
+                snprintf(param, sizeof param, "tools[%zu].name", i);
+                return srv_bad_type(e, param, "a string", name ? name : json_null());
+            }
+            f = json_pack("{s:O}", "name", name);
+            static const char *const keys[] = {"description", "parameters", "strict", NULL};
+            for (int k = 0; keys[k]; k++)
+                if (srv_member(t, keys[k]))
+                    json_object_set(f, keys[k], json_object_get(t, keys[k]));
+            json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", f));
+        }
+    }
+    if (choice) {
+        if (json_is_object(choice)) {
+            const char *ty = json_string_value(json_object_get(choice, "type"));
+            if (!ty || strcmp(ty, "function"))
+                return srv_fail(e, 400, "invalid_request_error", "tool_choice.type",
+                                "invalid_value", "Invalid value for 'tool_choice.type': \"%.40s\": "
+                                "a function ({\"type\": \"function\", \"name\": ...}) or \"none\", "
+                                "\"auto\", \"required\".", ty ? ty : "(none)");
+            json_t *name = json_object_get(choice, "name");
+            if (!json_is_string(name))
+                return srv_bad_type(e, "tool_choice.name", "a string", name ? name : json_null());
+            json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type",
+                                                               "function", "function", "name",
+                                                               name));
+        } else {
+            json_object_set(chat, "tool_choice", choice);
+        }
+    }
+    return 0;
+}
+
+/* text: {"format": {"type": "text" | "json_object" | "json_schema", "name",
+ * "schema", "strict"?}, "verbosity"?} */
+static int format_of(const json_t *root, json_t *chat, srv_err *e)
+{
+    json_t *text = srv_member(root, "text"), *f;
+    if (!text)
+        return 0;
+    if (!json_is_object(text))
+        return srv_bad_type(e, "text", "an object", text);
+    if (!(f = srv_member(text, "format")))
+        return 0;
+    if (!json_is_object(f))
+        return srv_bad_type(e, "text.format", "an object", f);
+    const char *ty = json_string_value(json_object_get(f, "type"));
+    if (!ty)
+        return srv_bad_type(e, "text.format.type", "a string",
+                            json_object_get(f, "type") ? json_object_get(f, "type") : json_null());
+    if (!strcmp(ty, "text") || !strcmp(ty, "json_object")) {
+        json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", ty));
+        return 0;
+    }
+    if (strcmp(ty, "json_schema"))
+        return srv_fail(e, 400, "invalid_request_error", "text.format.type", "invalid_value",
+                        "Invalid value for 'text.format.type': \"%.40s\" (text, json_object, "
+                        "json_schema).", ty);
+    json_t *sc = json_object_get(f, "schema");
+    if (!sc)
+        return srv_fail(e, 400, "invalid_request_error", "text.format.schema",
+                        "missing_required_parameter",
+                        "Missing required parameter: 'text.format.schema'.");
+    json_object_set_new(chat, "response_format",
+                        json_pack("{s:s, s:{s:O}}", "type", "json_schema", "json_schema",
+                                  "schema", sc));
+    return 0;
+}
+
+/* The request's fields a response object repeats, with OpenAI's defaults. */
+static json_t *echo_of(const json_t *root)
+{
+    json_t *o = json_object(), *v;
+    static const char *const keys[] = {"instructions", "max_output_tokens", "temperature",
+                                       "top_p", "user", NULL};
+    for (int k = 0; keys[k]; k++)
+        json_object_set(o, keys[k], (v = srv_member(root, keys[k])) ? v : json_null());
+    v = srv_member(root, "metadata");
+    json_object_set_new(o, "metadata", v ? json_incref(v) : json_object());
+    v = srv_member(root, "parallel_tool_calls");
+    json_object_set_new(o, "parallel_tool_calls", json_boolean(!v || !json_is_false(v)));
+    json_object_set_new(o, "previous_response_id", json_null());
+    v = srv_member(root, "reasoning");
+    json_t *ef = srv_member(v, "effort"), *sum = srv_member(v, "summary");
+    json_object_set_new(o, "reasoning", json_pack("{s:O, s:O}", "effort", ef ? ef : json_null(),
+                                                  "summary", sum ? sum : json_null()));
+    json_object_set_new(o, "store", json_false());
+    v = srv_member(srv_member(root, "text"), "format");
+    json_object_set_new(o, "text", v ? json_pack("{s:O}", "format", v)
+                                     : json_pack("{s:{s:s}}", "format", "type", "text"));
+    v = srv_member(root, "tool_choice");
+    json_object_set_new(o, "tool_choice", v ? json_incref(v) : json_string("auto"));
+    v = srv_member(root, "tools");
+    json_object_set_new(o, "tools", v ? json_incref(v) : json_array());
+    v = srv_member(root, "truncation");
+    json_object_set_new(o, "truncation", v ? json_incref(v) : json_string("disabled"));
+    return o;
+}
+
+int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **echo, srv_err *e)
+{
+    *echo = NULL;
+    json_t *chat = json_object(), *msgs = json_array(), *v;
+    json_object_set_new(chat, "messages", msgs);
+    *chat_out = chat;
+    if ((v = srv_member(root, "previous_response_id")))
+        return unsupported(e, "previous_response_id", "this server does not store responses; "
+                           "send the whole conversation in 'input'");
+    if ((v = srv_member(root, "conversation")))
+        return unsupported(e, "conversation", "this server keeps no conversations; send the "
+                           "whole conversation in 'input'");
+    if ((v = srv_member(root, "prompt")))
+        return unsupported(e, "prompt", "stored prompt templates are OpenAI's");
+    if ((v = srv_member(root, "background")) && !json_is_false(v))
+        return unsupported(e, "background", "responses run while the request is open");
+    if ((v = srv_member(root, "top_logprobs")) && !(json_is_integer(v) &&
+                                                   json_integer_value(v) == 0))
+        return unsupported(e, "top_logprobs", "logprobs are served by /v1/chat/completions");
+    if ((v = srv_member(root, "include"))) {
+        if (!json_is_array(v))
+            return srv_bad_type(e, "include", "an array", v);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            const char *s = json_string_value(json_array_get(v, i));
+            if (s && !strcmp(s, "reasoning.encrypted_content"))
+                continue;
+            char param[32];
+            snprintf(param, sizeof param, "include[%zu]", i);
+            return unsupported(e, param, "only \"reasoning.encrypted_content\" is accepted (the "
+                               "reasoning comes back in clear)");
+        }
+    }
+    v = srv_member(root, "instructions");
+    if (v && !json_is_string(v))
+        return srv_bad_type(e, "instructions", "a string", v);
+    if (v && json_string_length(v))
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", v));
+    json_t *input = srv_member(root, "input");
+    if (!input)
+        return srv_fail(e, 400, "invalid_request_error", "input", "missing_required_parameter",
+                        "Missing required parameter: 'input'.");
+    if (input_messages(input, msgs, e) || tools_of(root, chat, e) || format_of(root, chat, e))
+        return -1;
+    if ((v = srv_member(root, "max_output_tokens"))) {
+        if (!json_is_integer(v))
+            return srv_bad_type(e, "max_output_tokens", "an integer", v);
+        if (json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
+            return srv_fail(e, 400, "invalid_request_error", "max_output_tokens", "invalid_value",
+                            "Invalid value for 'max_output_tokens': expected an integer between "
+                            "1 and %d, got %lld.", INT32_MAX, (long long)json_integer_value(v));
+        json_object_set(chat, "max_completion_tokens", v);
+    }
+    if ((v = srv_member(root, "reasoning"))) {
+        if (!json_is_object(v))
+            return srv_bad_type(e, "reasoning", "an object", v);
+        json_t *ef = srv_member(v, "effort");
+        if (ef && !json_is_string(ef))
+            return srv_bad_type(e, "reasoning.effort", "a string", ef);
+        const char *s = ef ? json_string_value(ef) : NULL;
+        if (s && (!strcmp(s, "minimal") || !strcmp(s, "none")))
+            s = "low"; /* the lowest the templates know */
+        if (s)
+            json_object_set_new(chat, "reasoning_effort", json_string(s));
+        json_t *sum = srv_member(v, "summary");
+        if (sum && !json_is_string(sum))
+            return srv_bad_type(e, "reasoning.summary", "a string", sum);
+    }
+    /* the sampling fields both APIs share, and this server's extensions */
+    static const char *const same[] = {"model", "temperature", "top_p", "stream", "seed", "top_k",
+                                       "min_p", "repeat_penalty", "presence_penalty",
+                                       "frequency_penalty", "stop", "ignore_eos",
+                                       "chat_template_kwargs", NULL};
+    for (int k = 0; same[k]; k++)
+        if ((v = json_object_get(root, same[k])))
+            json_object_set(chat, same[k], v);
+    *echo = echo_of(root);
+    return 0;
+}
