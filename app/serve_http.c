@@ -29,7 +29,8 @@
 #include "cli.h"
 #include "serve.h"
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS, R_INDEX };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES, R_METRICS,
+             R_INDEX };
 
 typedef struct conn {
     int route;
@@ -322,6 +323,7 @@ static int route_of(const char *url, const srv *sv)
     if (!strncmp(url, "/v1/models/", 11) && !strcmp(url + 11, sv->name)) return R_MODEL;
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
+    if (!strcmp(url, "/v1/responses")) return R_RESPONSES;
     return R_NONE;
 }
 
@@ -387,7 +389,8 @@ static enum MHD_Result post(struct MHD_Connection *c, srv *sv, conn *cx)
     srv_job *j = cx->job = srv_job_new();
     if (!j)
         return MHD_NO;
-    if (srv_parse_request(cx->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION,
+    if (srv_parse_request(cx->route == R_CHAT ? SRV_CHAT
+                          : cx->route == R_RESPONSES ? SRV_RESPONSES : SRV_COMPLETION,
                           cx->body ? cx->body : "", cx->len, &j->req, &e) ||
         srv_prepare(sv, j, &e)) {
         __atomic_add_fetch(&sv->m_rejected, 1, __ATOMIC_RELAXED);
@@ -461,7 +464,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return fail(c, 404, "invalid_request_error", "unknown_url", NULL, NULL,
                         "Invalid URL (%.16s %.200s).", method, url);
         int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        int want_post = cx->route == R_CHAT || cx->route == R_COMPLETIONS;
+        int want_post = cx->route == R_CHAT || cx->route == R_COMPLETIONS ||
+                        cx->route == R_RESPONSES;
         if (want_post ? strcmp(method, "POST") != 0 : !is_get)
             return fail(c, 405, "invalid_request_error", "method_not_allowed",
                         MHD_HTTP_HEADER_ALLOW, want_post ? "POST" : "GET, HEAD",

@@ -107,6 +107,35 @@ int srv_enqueue(srv *sv, srv_job *j)
 
 /* ---- preparing a request (connection threads) --------------------------------------- */
 
+/* Text as a JSON string; bytes that are not UTF-8 (never expected: the
+ * streaming decoder emits whole characters) become U+FFFD. */
+json_t *srv_json_text(const char *s, size_t n)
+{
+    json_t *v = json_stringn(s, n);
+    if (v)
+        return v;
+    cli_buf b = {0};
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80)
+            cli_buf_add(&b, s + i, 1);
+        else {
+            size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+            json_t *t = k && i + k <= n ? json_stringn(s + i, k) : NULL;
+            if (t) {
+                cli_buf_add(&b, s + i, k);
+                i += k - 1;
+                json_decref(t);
+            } else {
+                cli_buf_add(&b, "\xef\xbf\xbd", 3);
+            }
+        }
+    }
+    v = json_stringn(b.p ? b.p : "", b.n);
+    free(b.p);
+    return v;
+}
+
 int srv_job_thinking(const srv *sv, const srv_job *j)
 {
     return j->req.thinking >= 0 ? j->req.thinking : sv->thinking;
@@ -119,10 +148,11 @@ int srv_constrain(srv *sv, srv_job *j, ms_grammar **g, ms_error *err)
     const srv_request *r = &j->req;
     int format = ms_engine_tool_format(sv->eng);
     *g = NULL;
-    if (r->kind == SRV_CHAT && r->force_tool)
+    int chat = r->kind != SRV_COMPLETION;
+    if (chat && r->force_tool)
         return ms_grammar_for_tool_call(format, j->opens_reasoning, r->tools_json,
                                         r->force_tool == 2 ? r->force_name : NULL, g, err);
-    if (r->json_mode && r->kind == SRV_CHAT)
+    if (r->json_mode && chat)
         return ms_grammar_for_answer(format, j->opens_reasoning,
                                      r->json_mode == 2 ? r->json_schema : NULL, g, err);
     if (r->json_mode) {
@@ -137,14 +167,16 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     ms_error err = {0};
     char *text = NULL;
     const char *t = j->req.prompt;
-    if (j->req.kind == SRV_CHAT) {
+    int chat = j->req.kind != SRV_COMPLETION;
+    if (chat) {
         int rc = cli_chat_prompt_json(sv->eng, j->req.chat_json, srv_job_thinking(sv, j),
                                       j->req.reasoning_effort ? j->req.reasoning_effort
                                                               : sv->effort, &text, &err);
         if (rc)
             return srv_fail(e, err.code == MS_E_ARG ? 400 : 500,
                             err.code == MS_E_ARG ? "invalid_request_error" : "server_error",
-                            "messages", NULL, "%s", err.msg);
+                            j->req.kind == SRV_RESPONSES ? "input" : "messages", NULL, "%s",
+                            err.msg);
         j->opens_reasoning = ms_chat_prompt_opens_reasoning(text);
         t = text;
     }
@@ -152,7 +184,7 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     free(text);
     if (rc)
         return srv_fail(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err.msg);
-    const char *what = j->req.kind == SRV_CHAT ? "messages" : "prompt";
+    const char *what = j->req.kind == SRV_RESPONSES ? "input" : chat ? "messages" : "prompt";
     if (j->n_ids == 0)
         return srv_fail(e, 400, "invalid_request_error", what, "invalid_value",
                         "Invalid value for '%s': the prompt has no tokens.", what);
@@ -172,8 +204,8 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     if (getrandom(&h, sizeof h, 0) != (ssize_t)sizeof h) /* ids nobody can guess */
         h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created ^
             (uint64_t)(cli_now() * 1e9);
-    snprintf(j->id, sizeof j->id, "%s%016" PRIx64, j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-",
-             h);
+    static const char *const prefix[SRV_N_KINDS] = {"chatcmpl-", "cmpl-", "resp_"};
+    snprintf(j->id, sizeof j->id, "%s%016" PRIx64, prefix[j->req.kind], h);
     return 0;
 }
 
@@ -194,8 +226,10 @@ char *srv_metrics_text(srv *sv)
     fprintf(f, "# HELP moestream_requests_total Requests taken, by endpoint.\n"
                "# TYPE moestream_requests_total counter\n"
                "moestream_requests_total{endpoint=\"chat\"} %lld\n"
-               "moestream_requests_total{endpoint=\"completions\"} %lld\n",
-            LOAD(sv->m_requests[SRV_CHAT]), LOAD(sv->m_requests[SRV_COMPLETION]));
+               "moestream_requests_total{endpoint=\"completions\"} %lld\n"
+               "moestream_requests_total{endpoint=\"responses\"} %lld\n",
+            LOAD(sv->m_requests[SRV_CHAT]), LOAD(sv->m_requests[SRV_COMPLETION]),
+            LOAD(sv->m_requests[SRV_RESPONSES]));
     fprintf(f, "# HELP moestream_requests_rejected_total Requests refused (4xx, 5xx).\n"
                "# TYPE moestream_requests_rejected_total counter\n"
                "moestream_requests_rejected_total %lld\n", LOAD(sv->m_rejected));

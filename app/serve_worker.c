@@ -1,7 +1,8 @@
 /* moestream serve: the worker. It owns the slots (one session each), runs
  * every queued job through them (serve.h's jobs) and writes the OpenAI
  * responses: streamed chunks (content, reasoning, tool-call deltas,
- * logprobs) or whole completions. */
+ * logprobs) or whole completions, or, for the Responses API, the items
+ * and events serve_responses.c makes of the same text and calls. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,40 +14,13 @@
 
 /* ---- generation (the worker) ---------------------------------------------------------- */
 
-/* Text as a JSON string; bytes that are not UTF-8 (never expected: the
- * streaming decoder emits whole characters) become U+FFFD. */
-static json_t *jstr(const char *s, size_t n)
-{
-    json_t *v = json_stringn(s, n);
-    if (v)
-        return v;
-    cli_buf b = {0};
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x80)
-            cli_buf_add(&b, s + i, 1);
-        else {
-            size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-            json_t *t = k && i + k <= n ? json_stringn(s + i, k) : NULL;
-            if (t) {
-                cli_buf_add(&b, s + i, k);
-                i += k - 1;
-                json_decref(t);
-            } else {
-                cli_buf_add(&b, "\xef\xbf\xbd", 3);
-            }
-        }
-    }
-    v = json_stringn(b.p ? b.p : "", b.n);
-    free(b.p);
-    return v;
-}
-
 typedef struct gen {
     srv *sv;
     srv_job *j;
     ms_session *s;             /* the slot's */
-    int chat, stream;
+    int chat, stream;          /* chat: chat completions or responses */
+    int resp;                  /* the Responses API: the output goes through r */
+    srv_resp r;
     cli_buf content, reasoning, pending;
     int32_t *ids;
     int64_t n_ids, cap_ids;
@@ -141,8 +115,8 @@ static json_t *lp_entry(const ms_tokenizer *tok, int32_t id, double lp)
     json_t *bytes = json_array();
     for (size_t i = 0; i < len; i++)
         json_array_append_new(bytes, json_integer((unsigned char)text[i]));
-    json_t *e = json_pack("{s:o, s:f, s:o}", "token", jstr(text ? text : "", len), "logprob", lp,
-                          "bytes", bytes);
+    json_t *e = json_pack("{s:o, s:f, s:o}", "token", srv_json_text(text ? text : "", len),
+                          "logprob", lp, "bytes", bytes);
     free(text);
     return e;
 }
@@ -192,11 +166,15 @@ static void out_text(gen *g, int chan, const char *s, size_t n)
             stream_parsed(g, 0, NULL);
         return;
     }
+    if (g->resp) {
+        srv_resp_text(&g->r, chan, s, n);
+        return;
+    }
     if (!g->stream) {
         cli_buf_add(chan == MS_CHAT_REASONING ? &g->reasoning : &g->content, s, n);
         return;
     }
-    json_t *t = jstr(s, n);
+    json_t *t = srv_json_text(s, n);
     if (g->chat)
         t = json_pack("{s:o}", chan == MS_CHAT_REASONING ? "reasoning_content" : "content", t);
     emit_json(g, with_logprobs(g, chunk(g, t, NULL)));
@@ -227,11 +205,11 @@ static void stream_parsed(gen *g, int final, json_t **message)
     json_t *c;
     json_array_foreach(calls, i, c) {
         char id[96];
-        const char *hex = strchr(g->j->id, '-');
+        const char *hex = strpbrk(g->j->id, "-_");
         snprintf(id, sizeof id, "call_%.48s%zu", hex ? hex + 1 : g->j->id, i);
         json_object_set_new(c, "id", json_string(id));
     }
-    if (!g->stream) {
+    if (!g->stream && !g->resp) {
         *message = m;
         return;
     }
@@ -240,13 +218,21 @@ static void stream_parsed(gen *g, int final, json_t **message)
     for (int k = 0; k < 2; k++) {
         const char *v = json_string_value(json_object_get(m, keys[k]));
         size_t n = v ? strlen(v) : 0;
-        if (n > *sent[k]) {
-            json_t *d = json_pack("{s:o}", keys[k], jstr(v + *sent[k], n - *sent[k]));
-            emit_json(g, with_logprobs(g, chunk(g, d, NULL)));
-            *sent[k] = n;
-        }
+        if (n <= *sent[k])
+            continue;
+        if (g->resp)
+            srv_resp_text(&g->r, k ? MS_CHAT_ANSWER : MS_CHAT_REASONING, v + *sent[k],
+                          n - *sent[k]);
+        else
+            emit_json(g, with_logprobs(g, chunk(g, json_pack("{s:o}", keys[k],
+                                                             srv_json_text(v + *sent[k],
+                                                                           n - *sent[k])),
+                                                NULL)));
+        *sent[k] = n;
     }
-    if (final)
+    if (final && g->resp)
+        srv_resp_calls(&g->r, calls);
+    else if (final)
         json_array_foreach(calls, i, c) {
             json_object_set_new(c, "index", json_integer((json_int_t)i));
             json_t *d = json_pack("{s:[O]}", "tool_calls", c);
@@ -336,7 +322,11 @@ static void fail_job(gen *g, int status, const char *type, const char *code, con
     srv_err e;
     srv_fail(&e, status, type, NULL, code, "%s", msg);
     char *body = srv_error_json(&e);
-    if (g->stream && body) {
+    if (g->resp && g->stream && body) {
+        srv_resp_fail(&g->r, body);
+        free(body);
+        body = NULL;
+    } else if (g->stream && body) {
         srv_job_emit(g->j, "data: ", 6);
         srv_job_emit(g->j, body, strlen(body));
         srv_job_emit(g->j, "\n\ndata: [DONE]\n\n", 16);
@@ -376,6 +366,7 @@ typedef struct slot {
 static void slot_free(slot *sl)
 {
     json_decref(sl->g.lp_pending);
+    srv_resp_free(&sl->g.r);
     free(sl->g.raw.p);
     free(sl->g.content.p);
     free(sl->g.reasoning.p);
@@ -395,12 +386,15 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
 {
     ms_error err = {0};
     sl->j = j;
-    sl->g = (gen){.sv = sv, .j = j, .s = sl->s, .chat = j->req.kind == SRV_CHAT,
-                  .stream = j->req.stream,
-                  .tools = j->req.kind == SRV_CHAT && j->req.tools_json != NULL,
+    int chat = j->req.kind != SRV_COMPLETION;
+    sl->g = (gen){.sv = sv, .j = j, .s = sl->s, .chat = chat, .stream = j->req.stream,
+                  .resp = j->req.kind == SRV_RESPONSES,
+                  .tools = chat && j->req.tools_json != NULL,
                   .format = ms_engine_tool_format(sv->eng),
                   .lp_pending = j->req.logprobs ? json_array() : NULL};
     gen *g = &sl->g;
+    if (g->resp)
+        srv_resp_start(&g->r, sv, j, g->stream);
     if (sv->no_reuse)
         ms_session_truncate(sl->s, 0, &err);
     if (ms_session_reuse(sl->s, j->ids, j->n_ids, &sl->reused, &err)) {
@@ -441,7 +435,7 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
         slot_free(sl);
         return -1;
     }
-    if (g->stream && g->chat)
+    if (g->stream && g->chat && !g->resp)
         emit_json(g, chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
                            NULL));
     /* max_tokens: the request's, else -n, else OpenAI's 16 for completions and
@@ -501,6 +495,15 @@ static void slot_finish(srv *sv, slot *sl, const ms_error *err)
         srv_job_finish(j, 499, NULL);
         goto out;
     }
+    if (g->resp) {
+        char *body = srv_resp_end(&g->r, !strcmp(finish, "length"), j->n_ids, reused,
+                                  gr.n_tokens);
+        if (!g->stream && !body)
+            fail_job(g, 500, "server_error", NULL, "out of memory building the response");
+        else
+            srv_job_finish(j, 200, body);
+        goto out;
+    }
     if (g->stream) {
         json_t *c = with_logprobs(g, chunk(g, g->chat ? json_object() : json_string(""), finish));
         json_object_set_new(c, "moestream", ids_json(g, reused));
@@ -520,14 +523,17 @@ static void slot_finish(srv *sv, slot *sl, const ms_error *err)
     if (g->chat) {
         json_t *msg = message ? json_incref(message)
                     : json_pack("{s:s, s:o}", "role", "assistant", "content",
-                                jstr(g->content.p ? g->content.p : "", g->content.n));
+                                srv_json_text(g->content.p ? g->content.p : "",
+                                              g->content.n));
         if (!message && g->reasoning.n)
-            json_object_set_new(msg, "reasoning_content", jstr(g->reasoning.p, g->reasoning.n));
+            json_object_set_new(msg, "reasoning_content",
+                                srv_json_text(g->reasoning.p, g->reasoning.n));
         choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
                            "finish_reason", finish);
     } else {
         choice = json_pack("{s:o, s:i, s:n, s:s}", "text",
-                           jstr(g->content.p ? g->content.p : "", g->content.n), "index", 0,
+                           srv_json_text(g->content.p ? g->content.p : "", g->content.n),
+                           "index", 0,
                            "logprobs", "finish_reason", finish);
     }
     if (g->lp_pending) { /* the whole list, in the choice */

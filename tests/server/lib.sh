@@ -13,6 +13,7 @@
 #   make_tool_model DIR SRC       make_chain answering with the Harmony call
 #                                 get_weather({"city":"Paris"})
 #   make_json_model DIR SRC       make_chain answering with the final message {"city":"Paris"}
+#   make_answer_model DIR SRC     make_scripted with the released gpt-oss chat template
 #   start_server NAME DIR ARGS..  moestream serve on a free loopback port; sets NAME_pid,
 #                                 NAME_url (http://127.0.0.1:PORT); log in $W/NAME.log
 #   stop_server NAME              SIGTERM, then the exit status must be 0 (ASan: no leaks)
@@ -83,6 +84,11 @@ make_chain() {
   $PY tests/server/model.py script-ids "$1" $ids
 }
 make_tool_model() { make_chain "$1" "$2" "$TOOL_CALL_TEXT"; }
+# make_scripted with the released gpt-oss chat template
+make_answer_model() {
+  [ -n "${TD:-}" ] || find_templates
+  make_scripted "$1" "$2" && cp "$TD/openai-gpt-oss-120b.jinja" "$1/chat_template.jinja"
+}
 make_json_model() { make_chain "$1" "$2" "$JSON_ANSWER_TEXT"; }
 
 start_server() {

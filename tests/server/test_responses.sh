@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# OpenAI's Responses API (POST /v1/responses) of `moestream serve`, seen through the
+# clients that speak it (tests/server/responses.mjs: the openai npm client, the Vercel AI
+# SDK's OpenAI provider, LangChain with useResponsesApi), on tiny gpt_oss models with the
+# released gpt-oss chat template, scripted (tests/server/model.py) to reason then answer,
+# to call get_weather, or to answer {"city":"Paris"}.
+set -u
+cd "$(dirname "$0")/../.."
+PY=/usr/bin/python3
+BIN=${MS_BIN:-./moestream}
+own_tmp=; if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); own_tmp=1; fi
+W=$MS_TMP/responses; rm -rf "$W"; mkdir -p "$W"
+. tests/server/lib.sh
+trap 'kill_servers; [ -z "$own_tmp" ] || rm -rf "$MS_TMP"' EXIT
+need_node_modules ai @ai-sdk/openai @langchain/openai @langchain/core zod
+find_templates
+
+make_model "$W/base" || { fail model "tiny checkpoint"; exit 1; }
+make_answer_model "$W/answer" "$W/base" || { fail script_answer "model.py"; exit 1; }
+make_tool_model "$W/tool" "$W/base" || { fail script_tool "model.py"; exit 1; }
+make_json_model "$W/json" "$W/base" || { fail script_json "model.py"; exit 1; }
+
+start_server ranswer "$W/answer" || exit 1
+start_server rtool "$W/tool" || exit 1
+start_server rjson "$W/json" || exit 1
+run_node responses tests/server/responses.mjs "$ranswer_url" "$rtool_url" "$rjson_url" \
+  "$SCRIPT_ANSWER" "$SCRIPT_REASONING"
+stop_server ranswer
+stop_server rtool
+stop_server rjson
+[ "$fails" -eq 0 ]
