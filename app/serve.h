@@ -3,19 +3,22 @@
  *   serve_request.c  request bodies -> srv_request, OpenAI-style error JSON
  *                    (libc + jansson only: the fuzzing harness in tools/fuzz
  *                    links it alone, with serve_responses_request.c)
- *   serve_responses_request.c
- *                    a Responses API request -> the chat request it amounts to
+ *   serve_responses_request.c, serve_messages_request.c
+ *                    a request of OpenAI's Responses API / Anthropic's Messages
+ *                    API -> the chat request it amounts to
  *   serve_http.c     libmicrohttpd: routing, Host / Origin / API key checks,
  *                    body limit, waiting for results, Server-Sent Events
  *   serve_jobs.c     jobs and their queue; preparing a request (template,
  *                    tokens, constraints); /v1/models and /metrics
  *   serve_worker.c   the worker: parallel slots decoded in batched steps, and
  *                    the OpenAI responses (chunks, tool calls, logprobs)
- *   serve_responses.c
- *                    a generation as Responses API output items and events
+ *   serve_responses.c, serve_messages.c
+ *                    a generation as Responses API items / Messages API content
+ *                    blocks, and their events (srv_out_api)
  *   cmd_serve.c      the command: options, engine, sessions, start and stop
  * Dependencies point one way: cmd_serve -> serve_http, serve_worker ->
- * serve_responses -> serve_jobs -> serve_request -> serve_responses_request.
+ * serve_responses, serve_messages -> serve_jobs -> serve_request ->
+ * serve_responses_request, serve_messages_request.
  */
 #ifndef MS_APP_SERVE_H
 #define MS_APP_SERVE_H
@@ -28,7 +31,11 @@
 
 /* ---- requests (serve_request.c) --------------------------------------------- */
 
-enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_RESPONSES = 2, SRV_N_KINDS = 3 };
+/* The endpoint a request came to: OpenAI's chat completions, completions and
+ * Responses API, Anthropic's Messages API and its token count. */
+enum srv_kind {
+    SRV_CHAT, SRV_COMPLETION, SRV_RESPONSES, SRV_MESSAGES, SRV_COUNT_TOKENS, SRV_N_KINDS
+};
 
 /* An error as OpenAI reports it: HTTP status and the four fields of
  * {"error": {"message", "type", "param", "code"}}; param and code may be
@@ -80,8 +87,9 @@ typedef struct srv_request {
 } srv_request;
 
 /* Parses and validates a request body of /v1/chat/completions (SRV_CHAT),
- * /v1/completions (SRV_COMPLETION) or /v1/responses (SRV_RESPONSES: read as
- * the chat request srv_responses_to_chat makes of it). Fields of the OpenAI API this server
+ * /v1/completions (SRV_COMPLETION), /v1/responses (SRV_RESPONSES: read as
+ * the chat request srv_responses_to_chat makes of it) or /v1/messages
+ * (SRV_MESSAGES, SRV_COUNT_TOKENS: as srv_messages_to_chat makes it). Fields of the OpenAI API this server
  * does not implement are refused with a 400 naming them; fields clients
  * send by habit whose absence of effect changes nothing (user, metadata,
  * store, parallel_tool_calls, service_tier, ...) and fields unknown to the
@@ -103,6 +111,13 @@ void srv_request_free(srv_request *r);
 typedef struct json_t json_t;
 int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **echo, srv_err *e);
 
+/* serve_messages_request.c: an Anthropic Messages API request as a chat
+ * request (count_only: for /v1/messages/count_tokens, max_tokens not
+ * needed), or -1 with *e naming the field; *chat is the caller's to free.
+ * srv_error_json_anthropic: an error in that API's shape (malloc'd). */
+int srv_messages_to_chat(const json_t *root, int count_only, json_t **chat, srv_err *e);
+char *srv_error_json_anthropic(const srv_err *e);
+
 /* Helpers the request parsers share: a present, non-null member of an
  * object (NULL otherwise); a 400 "invalid_type" for param. */
 json_t *srv_member(const json_t *o, const char *key);
@@ -117,6 +132,8 @@ char *srv_error_json(const srv_err *e);
 /* Constant-time check of an "Authorization" header value against
  * "Bearer KEY" (the scheme in any case); 1 when it matches. */
 int srv_auth_ok(const char *header, const char *key);
+/* The same check of a bare key (Anthropic's "x-api-key" header). */
+int srv_key_ok(const char *value, const char *key);
 
 /* Who may talk to the server from a browser. DNS rebinding makes a page of
  * any site reach a loopback server under the site's own name, so the Host a
@@ -304,33 +321,48 @@ void *srv_worker(void *arg);
 int srv_prepare(srv *sv, srv_job *j, srv_err *e);
 int srv_model_json(const srv *sv, char **out);
 
-/* serve_responses.c: a generation as a Responses API response, built as it
- * streams (events sent when `stream`) and whole at the end. */
-typedef struct srv_resp {
+/* An answer in an API of typed parts (OpenAI's Responses, Anthropic's
+ * Messages): reasoning, text and tool calls become the API's items or
+ * content blocks as they come, sent as its events when streaming, and the
+ * whole answer at the end. The worker calls one table of functions per
+ * API (serve_responses.c, serve_messages.c) with the same text and calls
+ * the chat API gets. */
+typedef struct srv_out srv_out;
+typedef struct srv_out_end {
+    const char *finish;        /* "stop", "length", "tool_calls" */
+    const char *stop;          /* the stop sequence that ended it, or NULL */
+    int64_t n_prompt, cached, n_gen;
+} srv_out_end;
+typedef struct srv_out_api {
+    /* streamed: the opening events */
+    void (*start)(srv_out *o);
+    /* text of a channel (enum ms_chat_channel): a new part when it changes */
+    void (*text)(srv_out *o, int chan, const char *s, size_t n);
+    /* tool calls in the chat API's form ({"id", "function": {"name",
+     * "arguments"}}), each a part of its own */
+    void (*calls)(srv_out *o, const json_t *calls);
+    /* the end: streamed, the closing events and NULL; else the body */
+    char *(*end)(srv_out *o, const srv_out_end *e);
+    /* streamed: an error event carrying srv_error_json's error */
+    void (*fail)(srv_out *o, const char *error_json);
+} srv_out_api;
+extern const srv_out_api srv_responses_api, srv_messages_api;
+
+struct srv_out {
+    const srv_out_api *api;
     const srv *sv;
     srv_job *j;
     int stream;
-    json_t *output;            /* the output items so far */
-    int open;                  /* the item text goes to: none, reasoning, message */
-    int summary;               /* reasoning items also carry their text as a summary */
-    int64_t seq;               /* the next event's sequence_number */
-} srv_resp;
-/* Starts the response (streamed: response.created, response.in_progress). */
-void srv_resp_start(srv_resp *r, const srv *sv, srv_job *j, int stream);
-/* Text of a channel (enum ms_chat_channel), added to the reasoning or the
- * message item (a new item when the channel changes). */
-void srv_resp_text(srv_resp *r, int chan, const char *s, size_t n);
-/* Tool calls in the chat API's form ({"id", "function": {"name",
- * "arguments"}}), each a function_call item. */
-void srv_resp_calls(srv_resp *r, const json_t *calls);
-/* Ends it: `cut` by max_output_tokens (status "incomplete") or not. Streamed:
- * response.completed / response.incomplete is sent and NULL returned; else
- * the response body (malloc'd). Usage counts as reasoning tokens the
- * reasoning text's length in tokens. */
-char *srv_resp_end(srv_resp *r, int cut, int64_t n_prompt, int64_t cached, int64_t n_gen);
-/* Streamed: an "error" event carrying srv_error_json's error. */
-void srv_resp_fail(srv_resp *r, const char *error_json);
-void srv_resp_free(srv_resp *r);
+    json_t *parts;             /* the items / content blocks so far */
+    int open;                  /* the kind of the part text goes to (0: none) */
+    int summary;               /* responses: reasoning also as its summary */
+    int64_t seq;               /* responses: the next event's sequence_number */
+};
+void srv_out_init(srv_out *o, const srv_out_api *api, const srv *sv, srv_job *j, int stream);
+void srv_out_free(srv_out *o);
+/* Sends an event: `event: type` and its data (taken), as both APIs frame
+ * them. */
+void srv_out_event(srv_out *o, const char *type, json_t *data);
 
 /* serve_http.c: starts libmicrohttpd on host:port (port 0: any free port;
  * *bound gets the port). */

@@ -29,8 +29,8 @@
 #include "cli.h"
 #include "serve.h"
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES, R_METRICS,
-             R_INDEX };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES, R_MESSAGES,
+             R_COUNT_TOKENS, R_METRICS, R_INDEX };
 
 typedef struct conn {
     int route;
@@ -47,6 +47,8 @@ typedef struct conn {
 /* The Origin the response of this connection's request allows (CORS), or
  * NULL. Connections have their own threads, so a thread-local suffices. */
 static __thread const char *cors_origin;
+/* errors in the shape of Anthropic's API (its routes) rather than OpenAI's */
+static __thread int anthropic_errors;
 
 static void add_cors(struct MHD_Response *r)
 {
@@ -79,7 +81,8 @@ static enum MHD_Result send_body(struct MHD_Connection *c, int status, char *bod
 static enum MHD_Result send_err(struct MHD_Connection *c, const srv_err *e, const char *hdr,
                                const char *val)
 {
-    return send_body(c, e->status, srv_error_json(e), hdr, val);
+    return send_body(c, e->status,
+                     anthropic_errors ? srv_error_json_anthropic(e) : srv_error_json(e), hdr, val);
 }
 
 /* An error response with an optional extra header. */
@@ -324,6 +327,8 @@ static int route_of(const char *url, const srv *sv)
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
     if (!strcmp(url, "/v1/responses")) return R_RESPONSES;
+    if (!strcmp(url, "/v1/messages")) return R_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens")) return R_COUNT_TOKENS;
     return R_NONE;
 }
 
@@ -389,14 +394,21 @@ static enum MHD_Result post(struct MHD_Connection *c, srv *sv, conn *cx)
     srv_job *j = cx->job = srv_job_new();
     if (!j)
         return MHD_NO;
-    if (srv_parse_request(cx->route == R_CHAT ? SRV_CHAT
-                          : cx->route == R_RESPONSES ? SRV_RESPONSES : SRV_COMPLETION,
-                          cx->body ? cx->body : "", cx->len, &j->req, &e) ||
+    int kind = cx->route == R_CHAT ? SRV_CHAT : cx->route == R_RESPONSES ? SRV_RESPONSES
+             : cx->route == R_MESSAGES ? SRV_MESSAGES
+             : cx->route == R_COUNT_TOKENS ? SRV_COUNT_TOKENS : SRV_COMPLETION;
+    if (srv_parse_request(kind, cx->body ? cx->body : "", cx->len, &j->req, &e) ||
         srv_prepare(sv, j, &e)) {
         __atomic_add_fetch(&sv->m_rejected, 1, __ATOMIC_RELAXED);
         return send_err(c, &e, NULL, NULL);
     }
     __atomic_add_fetch(&sv->m_requests[j->req.kind], 1, __ATOMIC_RELAXED);
+    if (kind == SRV_COUNT_TOKENS) { /* the prompt's tokens: no generation */
+        char *b = malloc(48);
+        if (b)
+            snprintf(b, 48, "{\"input_tokens\":%lld}", (long long)j->n_ids);
+        return send_body(c, MHD_HTTP_OK, b, NULL, NULL);
+    }
     free(cx->body); /* the job has what it needs */
     cx->body = NULL;
     const union MHD_ConnectionInfo *ci =
@@ -426,6 +438,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cx->route = route_of(url, sv);
         cx->responded = 1; /* unless the body is to be read */
         cors_origin = NULL;
+        anthropic_errors = cx->route == R_MESSAGES || cx->route == R_COUNT_TOKENS;
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
         if (!srv_host_ok(&sv->access, host))
             return fail(c, 403, "invalid_request_error", "host_not_allowed", NULL, NULL,
@@ -455,17 +468,20 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (cx->route != R_HEALTH && cx->route != R_INDEX && sv->api_key &&
             !srv_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_AUTHORIZATION),
-                         sv->api_key))
+                         sv->api_key) &&
+            !srv_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
+                        sv->api_key))
             return fail(c, 401, "invalid_request_error", "invalid_api_key",
                         MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer",
                         "Incorrect or missing API key: send the header 'Authorization: "
-                        "Bearer KEY'.");
+                        "Bearer KEY' (or, as Anthropic's clients do, 'x-api-key: KEY').");
         if (cx->route == R_NONE)
             return fail(c, 404, "invalid_request_error", "unknown_url", NULL, NULL,
                         "Invalid URL (%.16s %.200s).", method, url);
         int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         int want_post = cx->route == R_CHAT || cx->route == R_COMPLETIONS ||
-                        cx->route == R_RESPONSES;
+                        cx->route == R_RESPONSES || cx->route == R_MESSAGES ||
+                        cx->route == R_COUNT_TOKENS;
         if (want_post ? strcmp(method, "POST") != 0 : !is_get)
             return fail(c, 405, "invalid_request_error", "method_not_allowed",
                         MHD_HTTP_HEADER_ALLOW, want_post ? "POST" : "GET, HEAD",

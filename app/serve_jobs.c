@@ -72,6 +72,40 @@ void srv_job_emit(srv_job *j, const char *s, size_t n)
     pthread_mutex_unlock(&j->mu);
 }
 
+/* ---- answers in parts (serve.h's srv_out) ---------------------------------------------- */
+
+void srv_out_init(srv_out *o, const srv_out_api *api, const srv *sv, srv_job *j, int stream)
+{
+    *o = (srv_out){.api = api, .sv = sv, .j = j, .stream = stream, .parts = json_array(),
+                   .summary = j->req.reasoning_summary};
+    if (stream)
+        api->start(o);
+}
+
+void srv_out_free(srv_out *o)
+{
+    json_decref(o->parts);
+    o->parts = NULL;
+}
+
+void srv_out_event(srv_out *o, const char *type, json_t *data)
+{
+    char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
+    json_decref(data);
+    if (!s)
+        return;
+    cli_buf b = {0};
+    cli_buf_add(&b, "event: ", 7);
+    cli_buf_add(&b, type, strlen(type));
+    cli_buf_add(&b, "\ndata: ", 7);
+    cli_buf_add(&b, s, strlen(s));
+    cli_buf_add(&b, "\n\n", 2);
+    if (b.p)
+        srv_job_emit(o->j, b.p, b.n);
+    free(b.p);
+    free(s);
+}
+
 void srv_job_finish(srv_job *j, int status, char *body)
 {
     pthread_mutex_lock(&j->mu);
@@ -185,6 +219,8 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     if (rc)
         return srv_fail(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err.msg);
     const char *what = j->req.kind == SRV_RESPONSES ? "input" : chat ? "messages" : "prompt";
+    if (j->req.kind == SRV_COUNT_TOKENS)
+        return 0; /* only the count is asked */
     if (j->n_ids == 0)
         return srv_fail(e, 400, "invalid_request_error", what, "invalid_value",
                         "Invalid value for '%s': the prompt has no tokens.", what);
@@ -204,7 +240,7 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     if (getrandom(&h, sizeof h, 0) != (ssize_t)sizeof h) /* ids nobody can guess */
         h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created ^
             (uint64_t)(cli_now() * 1e9);
-    static const char *const prefix[SRV_N_KINDS] = {"chatcmpl-", "cmpl-", "resp_"};
+    static const char *const prefix[SRV_N_KINDS] = {"chatcmpl-", "cmpl-", "resp_", "msg_", "n_"};
     snprintf(j->id, sizeof j->id, "%s%016" PRIx64, prefix[j->req.kind], h);
     return 0;
 }
@@ -227,9 +263,12 @@ char *srv_metrics_text(srv *sv)
                "# TYPE moestream_requests_total counter\n"
                "moestream_requests_total{endpoint=\"chat\"} %lld\n"
                "moestream_requests_total{endpoint=\"completions\"} %lld\n"
-               "moestream_requests_total{endpoint=\"responses\"} %lld\n",
+               "moestream_requests_total{endpoint=\"responses\"} %lld\n"
+               "moestream_requests_total{endpoint=\"messages\"} %lld\n"
+               "moestream_requests_total{endpoint=\"count_tokens\"} %lld\n",
             LOAD(sv->m_requests[SRV_CHAT]), LOAD(sv->m_requests[SRV_COMPLETION]),
-            LOAD(sv->m_requests[SRV_RESPONSES]));
+            LOAD(sv->m_requests[SRV_RESPONSES]), LOAD(sv->m_requests[SRV_MESSAGES]),
+            LOAD(sv->m_requests[SRV_COUNT_TOKENS]));
     fprintf(f, "# HELP moestream_requests_rejected_total Requests refused (4xx, 5xx).\n"
                "# TYPE moestream_requests_rejected_total counter\n"
                "moestream_requests_rejected_total %lld\n", LOAD(sv->m_rejected));

@@ -58,7 +58,13 @@ int srv_auth_ok(const char *header, const char *key)
     static const char bearer[] = "Bearer ";
     if (!header || strncasecmp(header, bearer, sizeof bearer - 1) != 0)
         return 0;
-    const char *got = header + sizeof bearer - 1;
+    return srv_key_ok(header + sizeof bearer - 1, key);
+}
+
+int srv_key_ok(const char *got, const char *key)
+{
+    if (!got)
+        return 0;
     while (*got == ' ')
         got++;
     size_t n = strlen(got), k = strlen(key);
@@ -725,8 +731,15 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
                  "The request body must be a JSON object, got %s.", type_name(root));
         goto out;
     }
-    if (kind == SRV_RESPONSES) {
+    if (kind == SRV_MESSAGES || kind == SRV_COUNT_TOKENS) {
         /* the chat request it amounts to is what the rest reads */
+        json_t *req = NULL;
+        int bad = srv_messages_to_chat(root, kind == SRV_COUNT_TOKENS, &req, e);
+        json_decref(root);
+        root = req;
+        if (bad)
+            goto out;
+    } else if (kind == SRV_RESPONSES) {
         json_t *req = NULL;
         int bad = srv_responses_to_chat(root, &req, &echo, e);
         json_decref(root);

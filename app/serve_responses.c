@@ -32,7 +32,8 @@ static const char *stem(const srv_job *j)
     return u ? u + 1 : j->id;
 }
 
-static void emit(srv_resp *r, const char *type, json_t *ev)
+/* An event: its type and sequence_number first, then its fields. */
+static void emit(srv_out *r, const char *type, json_t *ev)
 {
     if (!r->stream || !ev) {
         json_decref(ev);
@@ -41,25 +42,16 @@ static void emit(srv_resp *r, const char *type, json_t *ev)
     json_t *o = json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)r->seq++);
     json_object_update(o, ev);
     json_decref(ev);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s)
-        return;
-    srv_job_emit(r->j, "event: ", 7);
-    srv_job_emit(r->j, type, strlen(type));
-    srv_job_emit(r->j, "\ndata: ", 7);
-    srv_job_emit(r->j, s, strlen(s));
-    srv_job_emit(r->j, "\n\n", 2);
-    free(s);
+    srv_out_event(r, type, o);
 }
 
 /* The response object: status, output and usage over the request's echo. */
-static json_t *response(const srv_resp *r, const char *status, json_t *usage)
+static json_t *response(const srv_out *r, const char *status, json_t *usage)
 {
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:b, s:n, s:n, s:s, s:O}", "id", r->j->id,
                           "object", "response", "created_at", (json_int_t)r->j->created,
                           "status", status, "background", 0, "error", "incomplete_details",
-                          "model", r->sv->name, "output", r->output);
+                          "model", r->sv->name, "output", r->parts);
     json_t *echo = json_loads(r->j->req.echo_json ? r->j->req.echo_json : "{}", 0, NULL);
     json_object_update_missing(o, echo);
     json_decref(echo);
@@ -67,29 +59,25 @@ static json_t *response(const srv_resp *r, const char *status, json_t *usage)
     return o;
 }
 
-void srv_resp_start(srv_resp *r, const srv *sv, srv_job *j, int stream)
+static void start(srv_out *r)
 {
-    *r = (srv_resp){.sv = sv, .j = j, .stream = stream, .output = json_array(),
-                    .summary = j->req.reasoning_summary};
-    if (!stream)
-        return;
     emit(r, "response.created", json_pack("{s:o}", "response", response(r, "in_progress", NULL)));
     emit(r, "response.in_progress",
          json_pack("{s:o}", "response", response(r, "in_progress", NULL)));
 }
 
-static json_t *last_item(const srv_resp *r)
+static json_t *last_item(const srv_out *r)
 {
-    return json_array_get(r->output, json_array_size(r->output) - 1);
+    return json_array_get(r->parts, json_array_size(r->parts) - 1);
 }
 
-static int last_index(const srv_resp *r)
+static int last_index(const srv_out *r)
 {
-    return (int)json_array_size(r->output) - 1;
+    return (int)json_array_size(r->parts) - 1;
 }
 
 /* The item being written, closed: its part's .done, then the item's. */
-static void close_item(srv_resp *r)
+static void close_item(srv_out *r)
 {
     if (r->open == OPEN_NONE)
         return;
@@ -121,17 +109,17 @@ static void close_item(srv_resp *r)
 }
 
 /* Opens a reasoning or message item with its one empty text part. */
-static void open_item(srv_resp *r, int kind)
+static void open_item(srv_out *r, int kind)
 {
     char id[96];
     int msg = kind == OPEN_MESSAGE;
     snprintf(id, sizeof id, "%s_%s_%zu", msg ? "msg" : "rs", stem(r->j),
-             json_array_size(r->output));
+             json_array_size(r->parts));
     json_t *it = msg ? json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", id, "type", "message",
                                  "status", "in_progress", "role", "assistant", "content")
                      : json_pack("{s:s, s:s, s:s, s:[], s:[]}", "id", id, "type", "reasoning",
                                  "status", "in_progress", "summary", "content");
-    json_array_append_new(r->output, it);
+    json_array_append_new(r->parts, it);
     r->open = kind;
     int k = last_index(r);
     emit(r, "response.output_item.added", json_pack("{s:i, s:O}", "output_index", k, "item", it));
@@ -165,7 +153,7 @@ static void append_text(json_t *part, const json_t *d)
     free(cat);
 }
 
-void srv_resp_text(srv_resp *r, int chan, const char *s, size_t n)
+static void text(srv_out *r, int chan, const char *s, size_t n)
 {
     if (!n)
         return;
@@ -194,23 +182,23 @@ void srv_resp_text(srv_resp *r, int chan, const char *s, size_t n)
                          "content_index", 0, "delta", d));
 }
 
-void srv_resp_calls(srv_resp *r, const json_t *calls)
+static void calls(srv_out *r, const json_t *list)
 {
     size_t i;
     json_t *c;
     close_item(r);
-    json_array_foreach(calls, i, c) {
+    json_array_foreach(list, i, c) {
         json_t *f = json_object_get(c, "function");
         json_t *args = json_object_get(f, "arguments");
         char id[96];
-        snprintf(id, sizeof id, "fc_%s_%zu", stem(r->j), json_array_size(r->output));
+        snprintf(id, sizeof id, "fc_%s_%zu", stem(r->j), json_array_size(r->parts));
         json_t *it = json_pack("{s:s, s:s, s:s, s:O, s:O, s:s}", "id", id, "type",
                                "function_call", "status", "in_progress", "call_id",
                                json_object_get(c, "id"), "name", json_object_get(f, "name"),
                                "arguments", "");
         if (!it)
             continue;
-        json_array_append_new(r->output, it);
+        json_array_append_new(r->parts, it);
         int k = last_index(r);
         emit(r, "response.output_item.added",
              json_pack("{s:i, s:O}", "output_index", k, "item", it));
@@ -229,12 +217,12 @@ void srv_resp_calls(srv_resp *r, const json_t *calls)
 /* Reasoning tokens (usage): the reasoning items' text, tokenized. Counting
  * the generated ids instead would need each id's channel, which a response
  * with tool calls only learns once parsed whole. */
-static int64_t reasoning_tokens(const srv_resp *r)
+static int64_t reasoning_tokens(const srv_out *r)
 {
     size_t i;
     json_t *it;
     int64_t n = 0;
-    json_array_foreach(r->output, i, it) {
+    json_array_foreach(r->parts, i, it) {
         if (strcmp(json_string_value(json_object_get(it, "type")), "reasoning"))
             continue;
         json_t *t = json_object_get(json_array_get(json_object_get(it, "content"), 0), "text");
@@ -249,16 +237,16 @@ static int64_t reasoning_tokens(const srv_resp *r)
     return n;
 }
 
-char *srv_resp_end(srv_resp *r, int cut, int64_t n_prompt, int64_t cached, int64_t n_gen)
+static char *end(srv_out *r, const srv_out_end *e)
 {
     close_item(r);
-    int64_t n_reasoning = reasoning_tokens(r);
+    int cut = !strcmp(e->finish, "length");
     json_t *usage = json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens",
-                              (json_int_t)n_prompt, "input_tokens_details", "cached_tokens",
-                              (json_int_t)cached, "output_tokens", (json_int_t)n_gen,
+                              (json_int_t)e->n_prompt, "input_tokens_details", "cached_tokens",
+                              (json_int_t)e->cached, "output_tokens", (json_int_t)e->n_gen,
                               "output_tokens_details", "reasoning_tokens",
-                              (json_int_t)n_reasoning, "total_tokens",
-                              (json_int_t)(n_prompt + n_gen));
+                              (json_int_t)reasoning_tokens(r), "total_tokens",
+                              (json_int_t)(e->n_prompt + e->n_gen));
     json_t *o = response(r, cut ? "incomplete" : "completed", usage);
     if (cut)
         json_object_set_new(o, "incomplete_details",
@@ -273,7 +261,7 @@ char *srv_resp_end(srv_resp *r, int cut, int64_t n_prompt, int64_t cached, int64
     return body;
 }
 
-void srv_resp_fail(srv_resp *r, const char *error_json)
+static void fail(srv_out *r, const char *error_json)
 {
     json_t *e = json_loads(error_json, 0, NULL), *in = json_object_get(e, "error");
     if (!e)
@@ -287,8 +275,4 @@ void srv_resp_fail(srv_resp *r, const char *error_json)
     emit(r, "error", ev);
 }
 
-void srv_resp_free(srv_resp *r)
-{
-    json_decref(r->output);
-    r->output = NULL;
-}
+const srv_out_api srv_responses_api = {start, text, calls, end, fail};

