@@ -82,6 +82,8 @@ typedef struct srv_request {
     int force_tool;              /* tool_choice: 1 "required", 2 a named function */
     char *force_name;            /* the named function */
     char *echo_json;             /* responses: the request's fields a response object repeats */
+    char *names_json;            /* responses: namespaced tools' flat names -> their parts */
+    char *notes;                 /* what of the request is not served, a line each (or NULL) */
     int reasoning_summary;       /* responses: reasoning.summary asked (the reasoning is its
                                   * own summary: there is no summarizer) */
 } srv_request;
@@ -105,11 +107,13 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
 void srv_request_free(srv_request *r);
 
 /* serve_responses_request.c: a Responses API request as a chat-completions
- * request (*chat; *echo: the fields a response object repeats), or -1 with
- * *e naming the field of the Responses request that cannot be served.
- * *chat and *echo are the caller's to free, also after a failure. */
+ * request (*chat), or -1 with *e naming the field of the Responses request
+ * that cannot be served. *meta: {"echo": the fields a response object
+ * repeats, "namespaces": {flat tool name: {"namespace", "name"}}, "notes":
+ * [what was not offered to the model, and why]}. *chat and *meta are the
+ * caller's to free, also after a failure. */
 typedef struct json_t json_t;
-int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **echo, srv_err *e);
+int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **meta, srv_err *e);
 
 /* serve_messages_request.c: an Anthropic Messages API request as a chat
  * request (count_only: for /v1/messages/count_tokens, max_tokens not

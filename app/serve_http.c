@@ -385,6 +385,28 @@ static enum MHD_Result get(struct MHD_Connection *c, srv *sv, int route)
     return send_body(c, MHD_HTTP_OK, body, NULL, NULL);
 }
 
+/* A note on what of a request is not served, said on stderr the first time
+ * its text comes (clients such as Codex send the same hosted tools with
+ * every request). */
+static void note_once(const srv_job *j, const char *s, int n)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t said[64];
+    static int n_said;
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (int i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211u;
+    pthread_mutex_lock(&mu);
+    int seen = 0;
+    for (int i = 0; i < n_said && !seen; i++)
+        seen = said[i] == h;
+    if (!seen && n_said < 64)
+        said[n_said++] = h;
+    pthread_mutex_unlock(&mu);
+    if (!seen)
+        fprintf(stderr, "serve: %s: %.*s (said once)\n", j->id, n, s);
+}
+
 static enum MHD_Result post(struct MHD_Connection *c, srv *sv, conn *cx)
 {
     srv_err e = {0};
@@ -403,6 +425,8 @@ static enum MHD_Result post(struct MHD_Connection *c, srv *sv, conn *cx)
         return send_err(c, &e, NULL, NULL);
     }
     __atomic_add_fetch(&sv->m_requests[j->req.kind], 1, __ATOMIC_RELAXED);
+    for (const char *p = j->req.notes, *nl; p && (nl = strchr(p, '\n')); p = nl + 1)
+        note_once(j, p, (int)(nl - p));
     if (kind == SRV_COUNT_TOKENS) { /* the prompt's tokens: no generation */
         char *b = malloc(48);
         if (b)

@@ -162,6 +162,8 @@ void srv_request_free(srv_request *r)
     free(r->json_schema);
     free(r->force_name);
     free(r->echo_json);
+    free(r->names_json);
+    free(r->notes);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     memset(r, 0, sizeof *r);
@@ -724,7 +726,7 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
                         "We could not parse the JSON body of your request: %s (line %d, "
                         "column %d).", je.text, je.line, je.column);
     int rc = -1, chatlike = kind != SRV_COMPLETION;
-    json_t *chat = json_object(), *norm = json_array(), *echo = NULL;
+    json_t *chat = json_object(), *norm = json_array(), *meta = NULL;
     json_object_set(chat, "messages", norm);
     if (!json_is_object(root)) {
         srv_fail(e, 400, "invalid_request_error", NULL, "invalid_json",
@@ -741,16 +743,29 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
             goto out;
     } else if (kind == SRV_RESPONSES) {
         json_t *req = NULL;
-        int bad = srv_responses_to_chat(root, &req, &echo, e);
+        int bad = srv_responses_to_chat(root, &req, &meta, e);
         json_decref(root);
         root = req;
         if (bad)
             goto out;
+        json_t *echo = json_object_get(meta, "echo"), *notes = json_object_get(meta, "notes");
         r->reasoning_summary =
             json_is_string(json_object_get(json_object_get(echo, "reasoning"), "summary"));
-        if (!(r->echo_json = json_dumps(echo, JSON_COMPACT))) {
+        if (!(r->echo_json = json_dumps(echo, JSON_COMPACT)) ||
+            !(r->names_json = json_dumps(json_object_get(meta, "namespaces"), JSON_COMPACT))) {
             srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
             goto out;
+        }
+        for (size_t i = 0; i < json_array_size(notes); i++) {
+            const char *line = json_string_value(json_array_get(notes, i));
+            size_t had = r->notes ? strlen(r->notes) : 0, n = strlen(line);
+            char *p = realloc(r->notes, had + n + 2);
+            if (!p)
+                break;
+            memcpy(p + had, line, n);
+            p[had + n] = '\n';
+            p[had + n + 1] = 0;
+            r->notes = p;
         }
     }
     if ((chatlike ? get_messages(root, r, norm, e) : get_prompt(root, r, e)) == 0 &&
@@ -766,7 +781,7 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
         }
     }
 out:
-    json_decref(echo);
+    json_decref(meta);
     json_decref(norm);
     json_decref(chat);
     json_decref(root);

@@ -187,17 +187,22 @@ static void calls(srv_out *r, const json_t *list)
     size_t i;
     json_t *c;
     close_item(r);
+    /* a namespaced tool's flat name, split back into the two */
+    json_t *names = json_loads(r->j->req.names_json ? r->j->req.names_json : "{}", 0, NULL);
     json_array_foreach(list, i, c) {
         json_t *f = json_object_get(c, "function");
-        json_t *args = json_object_get(f, "arguments");
+        json_t *args = json_object_get(f, "arguments"), *name = json_object_get(f, "name");
+        json_t *ns = json_object_get(names, json_string_value(name));
         char id[96];
         snprintf(id, sizeof id, "fc_%s_%zu", stem(r->j), json_array_size(r->parts));
         json_t *it = json_pack("{s:s, s:s, s:s, s:O, s:O, s:s}", "id", id, "type",
                                "function_call", "status", "in_progress", "call_id",
-                               json_object_get(c, "id"), "name", json_object_get(f, "name"),
-                               "arguments", "");
+                               json_object_get(c, "id"), "name",
+                               ns ? json_object_get(ns, "name") : name, "arguments", "");
         if (!it)
             continue;
+        if (ns)
+            json_object_set(it, "namespace", json_object_get(ns, "namespace"));
         json_array_append_new(r->parts, it);
         int k = last_index(r);
         emit(r, "response.output_item.added",
@@ -207,11 +212,12 @@ static void calls(srv_out *r, const json_t *list)
         json_object_set(it, "arguments", args);
         emit(r, "response.function_call_arguments.done",
              json_pack("{s:s, s:i, s:O, s:O}", "item_id", id, "output_index", k, "name",
-                       json_object_get(f, "name"), "arguments", args));
+                       json_object_get(it, "name"), "arguments", args));
         json_object_set_new(it, "status", json_string("completed"));
         emit(r, "response.output_item.done",
              json_pack("{s:i, s:O}", "output_index", k, "item", it));
     }
+    json_decref(names);
 }
 
 /* Reasoning tokens (usage): the reasoning items' text, tokenized. Counting

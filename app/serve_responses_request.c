@@ -111,6 +111,29 @@ static int item_string(const json_t *item, const char *key, const char *at, json
     return 0;
 }
 
+/* A tool's name as the model sees it: a namespaced tool's is
+ * NAMESPACE__NAME (as Codex flattens them where a namespace cannot be
+ * kept), and `names` maps it back to the two. */
+static json_t *flat_name(const char *ns, const char *name)
+{
+    if (!ns)
+        return json_string(name);
+    size_t a = strlen(ns), b = strlen(name);
+    while (a && ns[a - 1] == '_')
+        a--;
+    while (*name == '_')
+        name++, b--;
+    char *s = malloc(a + b + 3);
+    if (!s)
+        return NULL;
+    memcpy(s, ns, a);
+    memcpy(s + a, "__", 2);
+    memcpy(s + a + 2, name, b + 1);
+    json_t *v = json_string(s);
+    free(s);
+    return v;
+}
+
 /* The chat messages of `input`: items in order; function calls join the
  * assistant message before them (or open one), a reasoning item gives its
  * text to the next assistant message. */
@@ -162,7 +185,9 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
             }
             if ((rc = item_text(c, param, assistant ? ASSISTANT_PARTS : USER_PARTS, &v, e)))
                 break;
-            json_t *m = json_pack("{s:O, s:o}", "role", role, "content", v);
+            /* developer messages are system messages to the templates */
+            json_t *m = json_pack("{s:s, s:o}", "role", !strcmp(rs, "developer") ? "system" : rs,
+                                  "content", v);
             if (assistant && thinking) {
                 json_object_set(m, "reasoning_content", thinking);
                 json_decref(thinking);
@@ -176,6 +201,8 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
                 (rc = item_string(it, "name", at, &name, e)) ||
                 (rc = item_string(it, "arguments", at, &args, e)))
                 break;
+            json_t *flat = flat_name(json_string_value(json_object_get(it, "namespace")),
+                                     json_string_value(name));
             if (!open) {
                 open = json_pack("{s:s, s:n}", "role", "assistant", "content");
                 json_array_append_new(msgs, open);
@@ -188,8 +215,8 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
             json_t *calls = json_object_get(open, "tool_calls");
             if (!calls)
                 json_object_set_new(open, "tool_calls", calls = json_array());
-            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", call_id,
-                                                   "type", "function", "function", "name", name,
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:o, s:O}}", "id", call_id,
+                                                   "type", "function", "function", "name", flat,
                                                    "arguments", args));
         } else if (!strcmp(ty, "function_call_output")) {
             json_t *call_id;
@@ -239,39 +266,90 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
     return rc;
 }
 
-/* tools: [{"type": "function", "name", "description"?, "parameters"?, "strict"?}] */
-static int tools_of(const json_t *root, json_t *chat, srv_err *e)
+/* A function tool ({"type": "function", "name", "description"?,
+ * "parameters"?, "strict"?}) in the chat form, in namespace ns or none. */
+static int add_function(const json_t *t, const char *at, const char *ns, json_t *out,
+                        json_t *names, srv_err *e)
+{
+    char param[160];
+    json_t *name = json_object_get(t, "name");
+    if (!json_is_string(name)) {
+        snprintf(param, sizeof param, "%s.name", at);
+        return srv_bad_type(e, param, "a string", name ? name : json_null());
+    }
+    json_t *flat = flat_name(ns, json_string_value(name));
+    if (!flat)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    json_t *f = json_pack("{s:o}", "name", flat);
+    static const char *const keys[] = {"description", "parameters", "strict", NULL};
+    for (int k = 0; keys[k]; k++)
+        if (srv_member(t, keys[k]))
+            json_object_set(f, keys[k], json_object_get(t, keys[k]));
+    if (ns)
+        json_object_set_new(names, json_string_value(flat),
+                            json_pack("{s:s, s:O}", "namespace", ns, "name", name));
+    json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", f));
+    return 0;
+}
+
+/* tools: function tools, and namespaces of them ({"type": "namespace",
+ * "name", "tools": [...]}). Tools the server cannot run (hosted tools:
+ * web_search, file_search, code_interpreter, ...; custom tools) are not
+ * offered to the model, with a note: clients such as Codex send them by
+ * default. */
+static int tools_of(const json_t *root, json_t *chat, json_t *meta, srv_err *e)
 {
     json_t *tools = srv_member(root, "tools"), *choice = srv_member(root, "tool_choice");
-    char param[96];
+    json_t *names = json_object_get(meta, "namespaces"), *notes = json_object_get(meta, "notes");
+    char param[96], sub[160];
     if (tools) {
         if (!json_is_array(tools))
             return srv_bad_type(e, "tools", "an array", tools);
         json_t *out = json_array();
         json_object_set_new(chat, "tools", out);
         for (size_t i = 0; i < json_array_size(tools); i++) {
-            json_t *t = json_array_get(tools, i), *f;
+            json_t *t = json_array_get(tools, i);
             snprintf(param, sizeof param, "tools[%zu]", i);
             if (!json_is_object(t))
                 return srv_bad_type(e, param, "an object", t);
             const char *ty = json_string_value(json_object_get(t, "type"));
-            if (!ty || strcmp(ty, "function")) {
+            if (!ty) {
                 snprintf(param, sizeof param, "tools[%zu].type", i);
-                return srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
-                                "Invalid value for '%s': \"%.40s\": only \"function\" tools are "
-                                "supported.", param, ty ? ty : "(none)");
+                return srv_bad_type(e, param, "a string", json_object_get(t, "type") ?
+                                    json_object_get(t, "type") : json_null());
             }
-            json_t *name = json_object_get(t, "name");
-            if (!json_is_string(name)) {
-                snprintf(param, sizeof param, "tools[%zu].name", i);
-                return srv_bad_type(e, param, "a string", name ? name : json_null());
+            if (!strcmp(ty, "function")) {
+                if (add_function(t, param, NULL, out, names, e))
+                    return -1;
+                continue;
             }
-            f = json_pack("{s:O}", "name", name);
-            static const char *const keys[] = {"description", "parameters", "strict", NULL};
-            for (int k = 0; keys[k]; k++)
-                if (srv_member(t, keys[k]))
-                    json_object_set(f, keys[k], json_object_get(t, keys[k]));
-            json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", f));
+            if (strcmp(ty, "namespace")) {
+                char note[256];
+                snprintf(note, sizeof note, "%s (\"%.40s\") is not offered to the model: only "
+                         "function tools run here", param, ty);
+                json_array_append_new(notes, json_string(note));
+                continue;
+            }
+            json_t *ns = json_object_get(t, "name"), *list = json_object_get(t, "tools");
+            if (!json_is_string(ns)) {
+                snprintf(sub, sizeof sub, "%s.name", param);
+                return srv_bad_type(e, sub, "a string", ns ? ns : json_null());
+            }
+            if (!json_is_array(list)) {
+                snprintf(sub, sizeof sub, "%s.tools", param);
+                return srv_bad_type(e, sub, "an array", list ? list : json_null());
+            }
+            for (size_t k = 0; k < json_array_size(list); k++) {
+                json_t *f = json_array_get(list, k);
+                const char *fty = json_string_value(json_object_get(f, "type"));
+                snprintf(sub, sizeof sub, "%s.tools[%zu]", param, k);
+                if (!json_is_object(f) || !fty || strcmp(fty, "function"))
+                    return srv_fail(e, 400, "invalid_request_error", sub, "invalid_value",
+                                    "Invalid value for '%s': a namespace holds function tools.",
+                                    sub);
+                if (add_function(f, sub, json_string_value(ns), out, names, e))
+                    return -1;
+            }
         }
     }
     if (choice) {
@@ -282,12 +360,14 @@ static int tools_of(const json_t *root, json_t *chat, srv_err *e)
                                 "invalid_value", "Invalid value for 'tool_choice.type': \"%.40s\": "
                                 "a function ({\"type\": \"function\", \"name\": ...}) or \"none\", "
                                 "\"auto\", \"required\".", ty ? ty : "(none)");
-            json_t *name = json_object_get(choice, "name");
+            json_t *name = json_object_get(choice, "name"), *ns = json_object_get(choice,
+                                                                                  "namespace");
             if (!json_is_string(name))
                 return srv_bad_type(e, "tool_choice.name", "a string", name ? name : json_null());
-            json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type",
+            json_t *flat = flat_name(json_string_value(ns), json_string_value(name));
+            json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:o}}", "type",
                                                                "function", "function", "name",
-                                                               name));
+                                                               flat));
         } else {
             json_object_set(chat, "tool_choice", choice);
         }
@@ -361,9 +441,40 @@ static json_t *echo_of(const json_t *root)
     return o;
 }
 
-int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **echo, srv_err *e)
+/* The leading system messages (instructions, developer messages) as one:
+ * templates such as gpt-oss's take only the first message as the system
+ * prompt, and Codex sends several. */
+static void merge_system(json_t *msgs)
 {
-    *echo = NULL;
+    size_t n = 0, total = 0;
+    json_t *m;
+    while ((m = json_array_get(msgs, n)) &&
+           !strcmp(json_string_value(json_object_get(m, "role")), "system"))
+        total += json_string_length(json_object_get(m, "content")) + 2, n++;
+    if (n < 2)
+        return;
+    char *buf = malloc(total), *q = buf;
+    if (!buf)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_object_get(json_array_get(msgs, i), "content");
+        if (!json_string_length(c))
+            continue;
+        if (q > buf)
+            *q++ = '\n', *q++ = '\n';
+        memcpy(q, json_string_value(c), json_string_length(c));
+        q += json_string_length(c);
+    }
+    json_object_set_new(json_array_get(msgs, 0), "content", json_stringn(buf, (size_t)(q - buf)));
+    free(buf);
+    for (size_t i = 1; i < n; i++)
+        json_array_remove(msgs, 1);
+}
+
+int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **meta_out, srv_err *e)
+{
+    json_t *meta = json_pack("{s:{}, s:[]}", "namespaces", "notes");
+    *meta_out = meta;
     json_t *chat = json_object(), *msgs = json_array(), *v;
     json_object_set_new(chat, "messages", msgs);
     *chat_out = chat;
@@ -402,8 +513,10 @@ int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **echo, 
     if (!input)
         return srv_fail(e, 400, "invalid_request_error", "input", "missing_required_parameter",
                         "Missing required parameter: 'input'.");
-    if (input_messages(input, msgs, e) || tools_of(root, chat, e) || format_of(root, chat, e))
+    if (input_messages(input, msgs, e) || tools_of(root, chat, meta, e) ||
+        format_of(root, chat, e))
         return -1;
+    merge_system(msgs);
     if ((v = srv_member(root, "max_output_tokens"))) {
         if (!json_is_integer(v))
             return srv_bad_type(e, "max_output_tokens", "an integer", v);
@@ -436,6 +549,6 @@ int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **echo, 
     for (int k = 0; same[k]; k++)
         if ((v = json_object_get(root, same[k])))
             json_object_set(chat, same[k], v);
-    *echo = echo_of(root);
+    json_object_set_new(meta, "echo", echo_of(root));
     return 0;
 }

@@ -2,10 +2,11 @@
 // default: the official `openai` npm client (responses.create, responses.stream) and the
 // Vercel AI SDK's OpenAI provider (@ai-sdk/openai: `provider(model)` is a Responses
 // model), and LangChain's ChatOpenAI with useResponsesApi.
-//   node tests/server/responses.mjs ANSWER_URL TOOL_URL JSON_URL ANSWER REASONING
+//   node tests/server/responses.mjs ANSWER_URL TOOL_URL JSON_URL NSTOOL_URL ANSWER REASONING
 // ANSWER_URL serves a tiny gpt_oss model scripted to reason REASONING, then answer ANSWER;
 // TOOL_URL one that answers every chat with the Harmony call get_weather({"city":"Paris"});
-// JSON_URL one that answers with the final message {"city":"Paris"}
+// JSON_URL one that answers with the final message {"city":"Paris"}; NSTOOL_URL one that
+// calls weather__get({"city":"Paris"})
 // (tests/server/test_apis.sh). Every answer is also asked of /v1/chat/completions:
 // the same request in either API must give the same prompt (token counts) and the same
 // text. Prints one PASS/FAIL line per check.
@@ -16,7 +17,7 @@ import { ChatOpenAI } from '@langchain/openai';
 import { tool as lcTool } from '@langchain/core/tools';
 import { z } from 'zod';
 
-const [answerUrl, toolUrl, jsonUrl, ANSWER, REASONING] = process.argv.slice(2);
+const [answerUrl, toolUrl, jsonUrl, nsToolUrl, ANSWER, REASONING] = process.argv.slice(2);
 globalThis.AI_SDK_LOG_WARNINGS = false;
 let failed = 0;
 const pass = (name) => console.log(`PASS ${name}`);
@@ -205,7 +206,6 @@ await check('responses_json_schema', async () => {
 for (const [name, body, param] of [
   ['responses_refuses_previous_response_id', { previous_response_id: 'resp_1' }, 'previous_response_id'],
   ['responses_refuses_image_input', { input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'https://example.com/a.png' }] }] }, 'input[0].content[0]'],
-  ['responses_refuses_hosted_tools', { tools: [{ type: 'web_search' }] }, 'tools[0].type'],
 ]) {
   await check(name, async () => {
     try {
@@ -216,6 +216,31 @@ for (const [name, body, param] of [
     }
   });
 }
+
+// hosted tools (Codex sends web_search by default) are not offered to the model, with a
+// note in the server's log; namespaces of function tools are, as NAMESPACE__NAME, and a
+// call of one comes back with its namespace and name apart
+await check('responses_hosted_tools_not_offered', async () => {
+  const a = await answer.responses.create({ model: 'm', input: question, max_output_tokens: 1, tools: [{ type: 'web_search' }] });
+  const b = await answer.responses.create({ model: 'm', input: question, max_output_tokens: 1 });
+  if (a.usage.input_tokens !== b.usage.input_tokens) return `a web_search tool changed the prompt (${a.usage.input_tokens} vs ${b.usage.input_tokens})`;
+});
+
+await check('responses_namespaced_tools', async () => {
+  const ns = [{ type: 'namespace', name: 'weather', description: 'Weather tools', tools: [{ ...tools[0], name: 'get' }] }];
+  const r = await tools_.responses.create({ model: 'm', input: weather, tools: ns, max_output_tokens: 1 });
+  const flat = await tools_.responses.create({ model: 'm', input: weather, tools: [{ ...tools[0], name: 'weather__get' }], max_output_tokens: 1 });
+  if (r.usage.input_tokens !== flat.usage.input_tokens) return `namespaced ${r.usage.input_tokens}, flat ${flat.usage.input_tokens}`;
+  const c = await client(nsToolUrl).responses.create({ model: 'm', input: weather, tools: ns, temperature: 0 });
+  const call = items(c, 'function_call')[0];
+  if (call?.namespace !== 'weather' || call.name !== 'get' || !isParis(call.arguments)) return `call ${JSON.stringify(c.output)}`;
+  const back = await client(nsToolUrl).responses.create({ model: 'm', tools: ns, max_output_tokens: 1, input: [
+    { role: 'user', content: weather }, call, { type: 'function_call_output', call_id: call.call_id, output: 'sunny' }] });
+  const backFlat = await client(nsToolUrl).responses.create({ model: 'm', tools: [{ ...tools[0], name: 'weather__get' }], max_output_tokens: 1, input: [
+    { role: 'user', content: weather }, { ...call, name: 'weather__get', namespace: undefined },
+    { type: 'function_call_output', call_id: call.call_id, output: 'sunny' }] });
+  if (back.usage.input_tokens !== backFlat.usage.input_tokens) return `the call sent back: ${back.usage.input_tokens} vs ${backFlat.usage.input_tokens}`;
+});
 
 // ---- Vercel AI SDK: the OpenAI provider's default model speaks the Responses API --------
 const sdk = (url) => createOpenAI({ baseURL: `${url}/v1`, apiKey: 'x' });

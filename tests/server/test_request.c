@@ -220,6 +220,41 @@ static void test_responses_translated(void)
     CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].role, "assistant") && r.msgs[1].reasoning &&
           !strcmp(r.msgs[1].reasoning, "S") && r.force_tool == 1, "call alone");
     srv_request_free(&r);
+
+    /* as Codex sends them: developer messages (the leading ones made one system
+     * message), a namespace of tools (flat names NS__NAME, mapped back),
+     * hosted tools (not offered, with a note), calls of namespaced tools */
+    CHECK(parse(SRV_RESPONSES, "{\"instructions\": \"I\", \"input\": [{\"type\": \"message\", "
+                               "\"role\": \"developer\", \"content\": [{\"type\": \"input_text\", "
+                               "\"text\": \"D1\"}]}, {\"role\": \"developer\", \"content\": \"D2\"},"
+                               " {\"role\": \"user\", \"content\": \"u\"}, {\"type\": \"function_call\","
+                               " \"call_id\": \"c\", \"namespace\": \"multi_agent_\", \"name\": "
+                               "\"close\", \"arguments\": \"{}\"}, {\"role\": \"developer\", "
+                               "\"content\": \"D3\"}], \"tools\": [{\"type\": \"function\", \"name\":"
+                               " \"exec\"}, {\"type\": \"namespace\", \"name\": \"multi_agent_\", "
+                               "\"description\": \"d\", \"tools\": [{\"type\": \"function\", "
+                               "\"name\": \"close\"}]}, {\"type\": \"web_search\", "
+                               "\"external_web_access\": false}, {\"type\": \"custom\", \"name\": "
+                               "\"apply_patch\"}], \"tool_choice\": {\"type\": \"function\", "
+                               "\"namespace\": \"multi_agent_\", \"name\": \"close\"}}", &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.n_msgs == 4 && !strcmp(r.msgs[0].role, "system") &&
+          !strcmp(r.msgs[0].content, "I\n\nD1\n\nD2") && !strcmp(r.msgs[3].role, "system") &&
+          !strcmp(r.msgs[3].content, "D3"), "system messages: %d, %s", r.n_msgs,
+          r.n_msgs ? r.msgs[0].content : "");
+    CHECK(r.tools_json && strstr(r.tools_json, "\"name\":\"exec\"") &&
+          strstr(r.tools_json, "\"name\":\"multi_agent__close\"") &&
+          !strstr(r.tools_json, "web_search") && !strstr(r.tools_json, "apply_patch"),
+          "tools %s", r.tools_json ? r.tools_json : "(null)");
+    CHECK(r.names_json && !strcmp(r.names_json, "{\"multi_agent__close\":{\"namespace\":"
+                                                "\"multi_agent_\",\"name\":\"close\"}}"),
+          "names %s", r.names_json ? r.names_json : "(null)");
+    CHECK(r.notes && strstr(r.notes, "tools[2] (\"web_search\")") &&
+          strstr(r.notes, "tools[3] (\"custom\")"), "notes %s", r.notes ? r.notes : "(null)");
+    CHECK(r.force_tool == 2 && !strcmp(r.force_name, "multi_agent__close"), "namespaced choice");
+    CHECK(r.chat_json && strstr(r.chat_json, "\"name\":\"multi_agent__close\",\"arguments\""),
+          "namespaced call %s", r.chat_json ? r.chat_json : "(null)");
+    srv_request_free(&r);
 }
 
 static void test_responses_refusals(void)
@@ -254,8 +289,11 @@ static void test_responses_refusals(void)
             "unsupported_parameter");
     refused(SRV_RESPONSES, "{\"input\": \"x\", \"instructions\": 1}", 400, "instructions",
             "invalid_type");
-    refused(SRV_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}", 400,
-            "tools[0].type", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"namespace\", \"name\": "
+                           "\"n\", \"tools\": [{\"type\": \"web_search\"}]}]}", 400,
+            "tools[0].tools[0]", "invalid_value");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"namespace\", \"tools\": []}]}",
+            400, "tools[0].name", "invalid_type");
     refused(SRV_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"function\"}]}", 400,
             "tools[0].name", "invalid_type");
     refused(SRV_RESPONSES, "{\"input\": \"x\", \"tool_choice\": {\"type\": \"mcp\"}}", 400,
