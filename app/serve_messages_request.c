@@ -6,7 +6,8 @@
  * Responses API (serve_responses_request.c), the translation keeps one path
  * from a request to the template, the sampler and the tool-call parser.
  *
- *   system               a system message first (text blocks joined)
+ *   system               a system message first (text blocks joined); a
+ *                        message of role system stays where it is
  *   user text blocks     a user message; each tool_result block a tool
  *                        message, in the order of the blocks
  *   assistant blocks     one assistant message: text, thinking (its
@@ -14,8 +15,9 @@
  *   tools, tool_choice   function tools; auto / any (required) / tool
  *                        (named) / none
  *   max_tokens, stop_sequences, temperature, top_p, top_k, stream
- *   thinking             enabled / disabled: the template's enable_thinking
- *                        (budget_tokens is not enforced)
+ *   thinking             enabled / adaptive / disabled: the template's
+ *                        enable_thinking (budget_tokens is not enforced)
+ *   output_config.effort the template's reasoning effort
  *
  * Refused with a 400 naming the block or field: images and documents,
  * server tools (web search, code execution, ...), MCP servers. libc +
@@ -231,14 +233,21 @@ static int messages_of(const json_t *root, json_t *msgs, srv_err *e)
         snprintf(param, sizeof param, "%s.role", at);
         role = json_object_get(m, "role");
         const char *rs = json_string_value(role);
-        if (!rs || (strcmp(rs, "user") && strcmp(rs, "assistant")))
+        if (!rs || (strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "system")))
             return srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
-                            "Invalid value for '%s': expected \"user\" or \"assistant\".", param);
+                            "Invalid value for '%s': expected \"user\", \"assistant\" or "
+                            "\"system\".", param);
         snprintf(param, sizeof param, "%s.content", at);
         c = json_object_get(m, "content");
         if (!json_is_string(c) && !json_is_array(c))
             return srv_bad_type(e, param, "a string or an array of content blocks",
                                 c ? c : json_null());
+        if (!strcmp(rs, "system")) { /* a system message where it stands */
+            if (blocks_text(c, param, &t, e))
+                return -1;
+            json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", t));
+            continue;
+        }
         if ((!strcmp(rs, "user") ? user_turn : assistant_turn)(c, at, msgs, e))
             return -1;
     }
@@ -340,6 +349,13 @@ int srv_messages_to_chat(const json_t *root, int count_only, json_t **chat_out, 
     } else if ((v = json_object_get(root, "chat_template_kwargs"))) {
         json_object_set(chat, "chat_template_kwargs", v);
     }
+    /* output_config.effort: the template's reasoning effort (low, medium, high) */
+    const char *ef = json_string_value(json_object_get(srv_member(root, "output_config"),
+                                                       "effort"));
+    if (ef)
+        json_object_set_new(chat, "reasoning_effort",
+                            json_string(!strcmp(ef, "low") || !strcmp(ef, "minimal") ? "low"
+                                        : !strcmp(ef, "medium") ? "medium" : "high"));
     static const char *const same[] = {"model", "temperature", "top_p", "top_k", "stream",
                                        "seed", "min_p", "repeat_penalty", "ignore_eos", NULL};
     for (int k = 0; same[k]; k++)

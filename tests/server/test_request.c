@@ -370,6 +370,19 @@ static void test_messages_translated(void)
     CHECK(r.n_msgs == 1 && r.force_tool == 2 && !strcmp(r.force_name, "f") && !r.stream,
           "count_tokens");
     srv_request_free(&r);
+
+    /* as Claude Code sends them: a system message inside the conversation,
+     * adaptive thinking, output_config.effort, context_management */
+    CHECK(parse(SRV_MESSAGES, "{\"model\": \"c\", \"max_tokens\": 128000, \"messages\": [{\"role\": "
+                              "\"user\", \"content\": \"u\"}, {\"role\": \"system\", \"content\": "
+                              "[{\"type\": \"text\", \"text\": \"env\"}]}], \"thinking\": {\"type\": "
+                              "\"adaptive\", \"display\": \"omitted\"}, \"output_config\": {\"effort\": "
+                              "\"max\"}, \"context_management\": {\"edits\": []}}", &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.n_msgs == 2 && !strcmp(r.msgs[1].role, "system") && !strcmp(r.msgs[1].content, "env") &&
+          r.thinking == 1 && r.reasoning_effort && !strcmp(r.reasoning_effort, "high"),
+          "Claude Code's request");
+    srv_request_free(&r);
 }
 
 static void test_messages_refusals(void)
@@ -382,7 +395,7 @@ static void test_messages_refusals(void)
     refused(SRV_MESSAGES, "{\"max_tokens\": 5}", 400, "messages", "missing_required_parameter");
     refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": []}", 400, "messages",
             "invalid_value");
-    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"system\", \"content\": "
+    refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"tool\", \"content\": "
                           "\"x\"}]}", 400, "messages[0].role", "invalid_value");
     refused(SRV_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\"}]}", 400,
             "messages[0].content", "invalid_type");
