@@ -122,6 +122,12 @@ int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **meta, srv_
 int srv_messages_to_chat(const json_t *root, int count_only, json_t **chat, srv_err *e);
 char *srv_error_json_anthropic(const srv_err *e);
 
+/* Content parts' text (objects whose "type" is one of types, their text
+ * under "text", or "refusal" for a refusal part) joined with newlines, as
+ * a JSON string (a string as it is); a 400 naming the part otherwise. */
+int srv_parts_text(const json_t *v, const char *param, const char *const *types, json_t **out,
+                   srv_err *e);
+
 /* Helpers the request parsers share: a present, non-null member of an
  * object (NULL otherwise); a 400 "invalid_type" for param. */
 json_t *srv_member(const json_t *o, const char *key);

@@ -30,49 +30,7 @@
 
 #include "serve.h"
 
-/* Text blocks' text joined with newlines (a string as it is); any other
- * block type is refused, naming it. */
-static int blocks_text(const json_t *v, const char *param, json_t **out, srv_err *e)
-{
-    char sub[160];
-    if (json_is_string(v)) {
-        *out = json_incref((json_t *)v);
-        return 0;
-    }
-    if (!json_is_array(v))
-        return srv_bad_type(e, param, "a string or an array of content blocks", v);
-    size_t n = json_array_size(v), total = 1;
-    for (size_t i = 0; i < n; i++) {
-        json_t *b = json_array_get(v, i);
-        snprintf(sub, sizeof sub, "%s[%zu]", param, i);
-        if (!json_is_object(b))
-            return srv_bad_type(e, sub, "an object", b);
-        const char *ty = json_string_value(json_object_get(b, "type"));
-        if (!ty || strcmp(ty, "text"))
-            return srv_fail(e, 400, "invalid_request_error", sub, "invalid_value",
-                            "Invalid content block '%s': type \"%.40s\" is not supported here "
-                            "(text).", sub, ty ? ty : "(none)");
-        json_t *t = json_object_get(b, "text");
-        if (!json_is_string(t)) {
-            snprintf(sub, sizeof sub, "%s[%zu].text", param, i);
-            return srv_bad_type(e, sub, "a string", t ? t : json_null());
-        }
-        total += json_string_length(t) + 1;
-    }
-    char *buf = malloc(total), *q = buf;
-    if (!buf)
-        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_object_get(json_array_get(v, i), "text");
-        if (i)
-            *q++ = '\n';
-        memcpy(q, json_string_value(t), json_string_length(t));
-        q += json_string_length(t);
-    }
-    *out = json_stringn(buf, (size_t)(q - buf));
-    free(buf);
-    return *out ? 0 : srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-}
+static const char *const TEXT_BLOCKS[] = {"text", NULL};
 
 /* Appends text to a message's content (joined with a newline). */
 static void add_text(json_t *m, const json_t *t)
@@ -129,7 +87,7 @@ static int user_turn(const json_t *content, const char *at, json_t *msgs, srv_er
             snprintf(param, sizeof param, "%s.content[%zu].content", at, i);
             if (!c || json_is_null(c))
                 t = json_string("");
-            else if (blocks_text(c, param, &t, e))
+            else if (srv_parts_text(c, param, TEXT_BLOCKS, &t, e))
                 return -1;
             json_array_append_new(msgs, json_pack("{s:s, s:O, s:o}", "role", "tool",
                                                   "tool_call_id", id, "content", t));
@@ -208,7 +166,7 @@ static int messages_of(const json_t *root, json_t *msgs, srv_err *e)
 {
     json_t *v = srv_member(root, "system"), *t;
     if (v) {
-        if (blocks_text(v, "system", &t, e))
+        if (srv_parts_text(v, "system", TEXT_BLOCKS, &t, e))
             return -1;
         if (json_string_length(t))
             json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", t));
@@ -243,7 +201,7 @@ static int messages_of(const json_t *root, json_t *msgs, srv_err *e)
             return srv_bad_type(e, param, "a string or an array of content blocks",
                                 c ? c : json_null());
         if (!strcmp(rs, "system")) { /* a system message where it stands */
-            if (blocks_text(c, param, &t, e))
+            if (srv_parts_text(c, param, TEXT_BLOCKS, &t, e))
                 return -1;
             json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", t));
             continue;

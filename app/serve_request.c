@@ -253,50 +253,70 @@ static int dup_string(const json_t *v, char **out, srv_err *e)
     return 0;
 }
 
+int srv_parts_text(const json_t *v, const char *param, const char *const *types, json_t **out,
+                   srv_err *e)
+{
+    char sub[160], list[160] = "";
+    if (json_is_string(v)) {
+        *out = json_incref((json_t *)v);
+        return 0;
+    }
+    if (!json_is_array(v))
+        return srv_bad_type(e, param, "a string or an array of content parts", v);
+    for (int k = 0; types[k]; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", k ? ", " : "",
+                 types[k]);
+    size_t n = json_array_size(v), total = 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(v, i), *t;
+        snprintf(sub, sizeof sub, "%s[%zu]", param, i);
+        if (!json_is_object(p))
+            return srv_bad_type(e, sub, "an object", p);
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        int ok = 0;
+        for (int k = 0; ty && types[k]; k++)
+            ok |= !strcmp(ty, types[k]);
+        if (!ok)
+            return srv_fail(e, 400, "invalid_request_error", sub, "invalid_value",
+                            "Invalid content part '%s': type \"%.40s\" is not supported here "
+                            "(%s).", sub, ty ? ty : "(none)", list);
+        const char *key = !strcmp(ty, "refusal") ? "refusal" : "text";
+        if (!json_is_string(t = json_object_get(p, key))) {
+            snprintf(sub, sizeof sub, "%s[%zu].%s", param, i, key);
+            return srv_bad_type(e, sub, "a string", t ? t : json_null());
+        }
+        total += json_string_length(t) + 1;
+    }
+    char *buf = malloc(total), *q = buf;
+    if (!buf)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(v, i);
+        json_t *t = json_object_get(p, !strcmp(json_string_value(json_object_get(p, "type")),
+                                               "refusal") ? "refusal" : "text");
+        if (i)
+            *q++ = '\n';
+        memcpy(q, json_string_value(t), json_string_length(t));
+        q += json_string_length(t);
+    }
+    *out = json_stringn(buf, (size_t)(q - buf));
+    free(buf);
+    return *out ? 0 : srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
 /* A message's content: a string, null (empty), or an array of parts of which
  * only {"type": "text", "text": ...} are understood (joined with newlines). */
 static int get_content(const json_t *v, const char *param, char **out, srv_err *e)
 {
-    char sub[160];
-    if (!v || json_is_null(v)) {
+    static const char *const text[] = {"text", NULL};
+    json_t *s = NULL;
+    if (!v || json_is_null(v))
         *out = strdup("");
-    } else if (json_is_string(v)) {
-        return dup_string(v, out, e);
-    } else if (json_is_array(v)) {
-        size_t total = 1, n = json_array_size(v);
-        for (size_t i = 0; i < n; i++) {
-            json_t *part = json_array_get(v, i), *t, *txt;
-            snprintf(sub, sizeof sub, "%s[%zu]", param, i);
-            if (!json_is_object(part))
-                return srv_bad_type(e, sub, "an object", part);
-            t = json_object_get(part, "type");
-            if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-                return srv_fail(e, 400, "invalid_request_error", sub, "invalid_value",
-                                "Invalid content part '%s': only parts of type \"text\" are "
-                                "supported.", sub);
-            txt = json_object_get(part, "text");
-            if (!json_is_string(txt)) {
-                snprintf(sub, sizeof sub, "%s[%zu].text", param, i);
-                return srv_bad_type(e, sub, "a string", txt ? txt : json_null());
-            }
-            total += json_string_length(txt) + 1;
-        }
-        char *s = malloc(total), *p = s;
-        if (!s)
-            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            json_t *txt = json_object_get(json_array_get(v, i), "text");
-            size_t len = json_string_length(txt);
-            if (i)
-                *p++ = '\n';
-            memcpy(p, json_string_value(txt), len);
-            p += len;
-        }
-        *p = 0;
-        *out = s;
-    } else {
-        return srv_bad_type(e, param, "a string or an array of content parts", v);
-    }
+    else if (srv_parts_text(v, param, text, &s, e))
+        return -1;
+    else
+        *out = strdup(json_string_value(s));
+    json_decref(s);
     if (!*out)
         return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return 0;

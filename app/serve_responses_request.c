@@ -31,84 +31,31 @@ static int unsupported(srv_err *e, const char *param, const char *what)
                     "Unsupported parameter: '%s': %s.", param, what);
 }
 
-/* Text of a content array's parts of the given types (joined with
- * newlines), or a string as it is. */
-static int item_text(const json_t *v, const char *param, const char *const *types,
-                     json_t **out, srv_err *e)
-{
-    char sub[160];
-    if (json_is_string(v)) {
-        *out = json_incref((json_t *)v);
-        return 0;
-    }
-    if (!json_is_array(v))
-        return srv_bad_type(e, param, "a string or an array of content parts", v);
-    size_t n = json_array_size(v);
-    for (size_t i = 0; i < n; i++) {
-        json_t *p = json_array_get(v, i), *t;
-        snprintf(sub, sizeof sub, "%s[%zu]", param, i);
-        if (!json_is_object(p))
-            return srv_bad_type(e, sub, "an object", p);
-        const char *ty = json_string_value(json_object_get(p, "type"));
-        int ok = 0;
-        for (int k = 0; ty && types[k]; k++)
-            ok |= !strcmp(ty, types[k]);
-        if (!ok)
-            return srv_fail(e, 400, "invalid_request_error", sub, "invalid_value",
-                            "Invalid content part '%s': type \"%.40s\" is not supported (%s%s%s).",
-                            sub, ty ? ty : "(none)", types[0], types[1] ? ", " : "",
-                            types[1] ? types[1] : "");
-        t = json_object_get(p, !strcmp(ty, "refusal") ? "refusal" : "text");
-        if (!json_is_string(t)) {
-            snprintf(sub, sizeof sub, "%s[%zu].text", param, i);
-            return srv_bad_type(e, sub, "a string", t ? t : json_null());
-        }
-    }
-    size_t total = 1;
-    for (size_t i = 0; i < n; i++) {
-        json_t *p = json_array_get(v, i);
-        const char *ty = json_string_value(json_object_get(p, "type"));
-        json_t *t = json_object_get(p, !strcmp(ty, "refusal") ? "refusal" : "text");
-        total += json_string_length(t) + 1;
-    }
-    char *buf = malloc(total), *q = buf;
-    if (!buf)
-        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t *p = json_array_get(v, i);
-        const char *ty = json_string_value(json_object_get(p, "type"));
-        json_t *t = json_object_get(p, !strcmp(ty, "refusal") ? "refusal" : "text");
-        if (i)
-            *q++ = '\n';
-        memcpy(q, json_string_value(t), json_string_length(t));
-        q += json_string_length(t);
-    }
-    *out = json_stringn(buf, (size_t)(q - buf));
-    free(buf);
-    if (!*out)
-        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    return 0;
-}
-
 static const char *const USER_PARTS[] = {"input_text", "output_text", NULL};
 static const char *const ASSISTANT_PARTS[] = {"output_text", "refusal", NULL};
 static const char *const REASONING_PARTS[] = {"reasoning_text", NULL};
 static const char *const SUMMARY_PARTS[] = {"summary_text", NULL};
+
+/* A required member of an item (param: its name, for the caller's errors). */
+static int item_member(const json_t *item, const char *key, const char *at, char *param,
+                       size_t size, json_t **out, srv_err *e)
+{
+    snprintf(param, size, "%s.%s", at, key);
+    *out = json_object_get(item, key);
+    if (!*out || json_is_null(*out))
+        return srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
+                        "Missing required parameter: '%s'.", param);
+    return 0;
+}
 
 /* A required string member of an item. */
 static int item_string(const json_t *item, const char *key, const char *at, json_t **out,
                        srv_err *e)
 {
     char param[160];
-    snprintf(param, sizeof param, "%s.%s", at, key);
-    json_t *v = json_object_get(item, key);
-    if (!v || json_is_null(v))
-        return srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
-                        "Missing required parameter: '%s'.", param);
-    if (!json_is_string(v))
-        return srv_bad_type(e, param, "a string", v);
-    *out = v;
-    return 0;
+    if (item_member(item, key, at, param, sizeof param, out, e))
+        return -1;
+    return json_is_string(*out) ? 0 : srv_bad_type(e, param, "a string", *out);
 }
 
 /* A tool's name as the model sees it: a namespaced tool's is
@@ -176,14 +123,9 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
                               "developer, assistant).", param, rs);
                 break;
             }
-            snprintf(param, sizeof param, "%s.content", at);
-            json_t *c = json_object_get(it, "content");
-            if (!c || json_is_null(c)) {
-                rc = srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
-                              "Missing required parameter: '%s'.", param);
-                break;
-            }
-            if ((rc = item_text(c, param, assistant ? ASSISTANT_PARTS : USER_PARTS, &v, e)))
+            json_t *c;
+            if ((rc = item_member(it, "content", at, param, sizeof param, &c, e)) ||
+                (rc = srv_parts_text(c, param, assistant ? ASSISTANT_PARTS : USER_PARTS, &v, e)))
                 break;
             /* developer messages are system messages to the templates */
             json_t *m = json_pack("{s:s, s:o}", "role", !strcmp(rs, "developer") ? "system" : rs,
@@ -222,14 +164,9 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
             json_t *call_id;
             if ((rc = item_string(it, "call_id", at, &call_id, e)))
                 break;
-            snprintf(param, sizeof param, "%s.output", at);
-            json_t *o = json_object_get(it, "output");
-            if (!o || json_is_null(o)) {
-                rc = srv_fail(e, 400, "invalid_request_error", param, "missing_required_parameter",
-                              "Missing required parameter: '%s'.", param);
-                break;
-            }
-            if ((rc = item_text(o, param, USER_PARTS, &v, e)))
+            json_t *o;
+            if ((rc = item_member(it, "output", at, param, sizeof param, &o, e)) ||
+                (rc = srv_parts_text(o, param, USER_PARTS, &v, e)))
                 break;
             json_array_append_new(msgs, json_pack("{s:s, s:O, s:o}", "role", "tool",
                                                   "tool_call_id", call_id, "content", v));
@@ -241,9 +178,9 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
             snprintf(param, sizeof param, "%s.%s", at,
                      json_array_size(c) ? "content" : "summary");
             if (json_array_size(c))
-                rc = item_text(c, param, REASONING_PARTS, &v, e);
+                rc = srv_parts_text(c, param, REASONING_PARTS, &v, e);
             else if (json_array_size(s))
-                rc = item_text(s, param, SUMMARY_PARTS, &v, e);
+                rc = srv_parts_text(s, param, SUMMARY_PARTS, &v, e);
             if (rc)
                 break;
             json_decref(thinking);

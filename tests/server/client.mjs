@@ -5,20 +5,10 @@
 // for the same requests. Prints one PASS/FAIL line per check.
 import fs from 'node:fs';
 import OpenAI from 'openai';
+import { check, finish } from './check.mjs';
 
 const cfg = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-let failed = 0;
-const pass = (name) => console.log(`PASS ${name}`);
-const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else pass(name);
-  } catch (e) {
-    fail(name, `${e.constructor.name}: ${e.message}`);
-  }
-}
 
 const opts = { maxRetries: 0, timeout: 120000 };
 const main = new OpenAI({ ...opts, baseURL: `${cfg.main}/v1`, apiKey: 'unused' });
@@ -218,4 +208,4 @@ await check('api_key_wrong_is_401', async () => {
   }
 });
 
-process.exit(failed ? 1 : 0);
+finish();

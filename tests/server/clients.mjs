@@ -11,33 +11,10 @@ import { ChatOpenAI } from '@langchain/openai';
 import { tool as lcTool } from '@langchain/core/tools';
 import { z } from 'zod';
 import OpenAI from 'openai';
+import { check, finish } from './check.mjs';
 
 const [toolUrl, jsonUrl] = process.argv.slice(2);
 globalThis.AI_SDK_LOG_WARNINGS = false;
-let failed = 0;
-const pass = (name) => console.log(`PASS ${name}`);
-const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
-// What the server answered, when a client throws over an HTTP error: the AI SDK's
-// APICallError (statusCode, responseBody, requestBodyValues), the openai client's APIError
-// under LangChain (status, error).
-function describe(e) {
-  let s = `${e.constructor.name}: ${e.message}`;
-  for (let c = e, depth = 0; c && depth < 4; c = c.cause ?? c.lastError, depth++) {
-    if (c.statusCode !== undefined)
-      return `${s} (HTTP ${c.statusCode}: ${c.responseBody}; request ${JSON.stringify(c.requestBodyValues)})`;
-    if (c.status !== undefined) return `${s} (HTTP ${c.status}: ${JSON.stringify(c.error)})`;
-    if (c.text !== undefined) return `${s} (response text ${JSON.stringify(c.text)})`;
-  }
-  return s;
-}
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else pass(name);
-  } catch (e) {
-    fail(name, describe(e));
-  }
-}
 
 const prompt = 'What is the weather in Paris?';
 const city = z.object({ city: z.string() });
@@ -145,4 +122,4 @@ await check('openai_response_format_overrides_the_model', async () => {
     return JSON.stringify(ch);
 });
 
-process.exit(failed ? 1 : 0);
+finish();

@@ -8,6 +8,7 @@
 // load must equal the one it got alone (same token ids, same text): nothing lost, nothing
 // mixed up between requests. Prints PASS/FAIL lines and a results table (indented).
 import OpenAI from 'openai';
+import { pass, fail, finish } from './check.mjs';
 
 const [url, C = '16', R = '4', N = '8', L = '600'] = process.argv.slice(2);
 const clients = +C, perClient = +R, maxTokens = +N, limitS = +L;
@@ -52,10 +53,6 @@ async function ask(oa, p) {
   n = ids ? ids.length : 0;
   return { key: JSON.stringify([ids, text, reasoning]), n, ms: performance.now() - t };
 }
-
-let failed = 0;
-const pass = (s) => console.log(`PASS ${s}`);
-const fail = (s, why) => { console.log(`FAIL ${s}: ${why}`); failed++; };
 
 // 1. alone, in sequence
 const alone = new Map();
@@ -112,4 +109,4 @@ distinct > total / 2 ? pass('load_prompts_distinguishable')
   : fail('load_prompts_distinguishable', `only ${distinct} distinct answers of ${total}`);
 alive ? pass('load_server_alive_after') : fail('load_server_alive_after', 'health or request failed');
 clearTimeout(timer);
-process.exit(failed ? 1 : 0);
+finish();

@@ -8,19 +8,9 @@
 // give the same prompt (token counts) and the same text. One PASS/FAIL line per check.
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import { check, finish } from './check.mjs';
 
 const [answerUrl, toolUrl, keyedUrl, ANSWER, REASONING] = process.argv.slice(2);
-let failed = 0;
-const pass = (name) => console.log(`PASS ${name}`);
-const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else pass(name);
-  } catch (e) {
-    fail(name, `${e.constructor.name}: ${e.message}`);
-  }
-}
 const anthropic = (url, apiKey = 'x') => new Anthropic({ baseURL: url, apiKey, maxRetries: 0, timeout: 120000 });
 const openai = (url) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 120000 });
 const answer = anthropic(answerUrl), tools_ = anthropic(toolUrl);
@@ -180,4 +170,4 @@ for (const [name, body, says] of [
   });
 }
 
-process.exit(failed ? 1 : 0);
+finish();

@@ -16,28 +16,10 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { ChatOpenAI } from '@langchain/openai';
 import { tool as lcTool } from '@langchain/core/tools';
 import { z } from 'zod';
+import { check, finish } from './check.mjs';
 
 const [answerUrl, toolUrl, jsonUrl, nsToolUrl, ANSWER, REASONING] = process.argv.slice(2);
 globalThis.AI_SDK_LOG_WARNINGS = false;
-let failed = 0;
-const pass = (name) => console.log(`PASS ${name}`);
-const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
-function describe(e) {
-  let s = `${e.constructor.name}: ${e.message}`;
-  for (let c = e, depth = 0; c && depth < 4; c = c.cause ?? c.lastError, depth++) {
-    if (c.statusCode !== undefined) return `${s} (HTTP ${c.statusCode}: ${c.responseBody})`;
-    if (c.status !== undefined) return `${s} (HTTP ${c.status}: ${JSON.stringify(c.error)})`;
-  }
-  return s;
-}
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else pass(name);
-  } catch (e) {
-    fail(name, describe(e));
-  }
-}
 const client = (url) => new OpenAI({ maxRetries: 0, timeout: 120000, baseURL: `${url}/v1`, apiKey: 'x' });
 const answer = client(answerUrl), tools_ = client(toolUrl), json = client(jsonUrl);
 const question = 'What is the capital of France?';
@@ -282,4 +264,4 @@ await check('langchain_responses_tool_call', async () => {
   if (tc.length !== 1 || tc[0].name !== 'get_weather' || tc[0].args?.city !== 'Paris') return JSON.stringify(r);
 });
 
-process.exit(failed ? 1 : 0);
+finish();

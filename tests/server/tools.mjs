@@ -4,19 +4,9 @@
 // call  commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>
 // Prints one PASS/FAIL line per check.
 import OpenAI from 'openai';
+import { check, finish } from './check.mjs';
 
 const url = process.argv[2];
-let failed = 0;
-const pass = (name) => console.log(`PASS ${name}`);
-const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else pass(name);
-  } catch (e) {
-    fail(name, `${e.constructor.name}: ${e.message}`);
-  }
-}
 
 const client = new OpenAI({ maxRetries: 0, timeout: 120000, baseURL: `${url}/v1`, apiKey: 'x' });
 const tools = [{
@@ -147,4 +137,4 @@ for (const [name, body, param] of [
     }
   });
 }
-process.exit(failed ? 1 : 0);
+finish();

@@ -5,19 +5,9 @@
 // "Let me think" and an answer about Paris; RANDOM_URL a random one that writes until
 // stopped. Prints one PASS/FAIL line per check; screenshots go to SHOT_DIR.
 import puppeteer from 'puppeteer-core';
+import { check, finish } from './check.mjs';
 
 const [scripted, random, shots] = process.argv.slice(2);
-let failed = 0;
-const pass = (name) => console.log(`PASS ${name}`);
-const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else pass(name);
-  } catch (e) {
-    fail(name, `${e.constructor.name}: ${e.message}`);
-  }
-}
 
 const browser = await puppeteer.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true,
@@ -86,4 +76,4 @@ await check('web_stop_button', async () => {
 
 await check('web_no_script_errors', async () => (errors.length ? errors.join('; ') : ''));
 await browser.close();
-process.exit(failed ? 1 : 0);
+finish();
