@@ -117,10 +117,8 @@ int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **meta, srv_
 
 /* serve_messages_request.c: an Anthropic Messages API request as a chat
  * request (count_only: for /v1/messages/count_tokens, max_tokens not
- * needed), or -1 with *e naming the field; *chat is the caller's to free.
- * srv_error_json_anthropic: an error in that API's shape (malloc'd). */
+ * needed), or -1 with *e naming the field; *chat is the caller's to free. */
 int srv_messages_to_chat(const json_t *root, int count_only, json_t **chat, srv_err *e);
-char *srv_error_json_anthropic(const srv_err *e);
 
 /* Content parts' text (objects whose "type" is one of types, their text
  * under "text", or "refusal" for a refusal part) joined with newlines, as
@@ -136,8 +134,10 @@ int srv_bad_type(srv_err *e, const char *param, const char *want, const json_t *
 /* Fills *e; returns -1 (for `return srv_fail(...)`). */
 int srv_fail(srv_err *e, int status, const char *type, const char *param, const char *code,
              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* {"error": {...}} as a malloc'd string. */
+/* {"error": {...}} as a malloc'd string; srv_error_json_anthropic: in the
+ * shape of Anthropic's API (its routes answer so). */
 char *srv_error_json(const srv_err *e);
+char *srv_error_json_anthropic(const srv_err *e);
 
 /* Constant-time check of an "Authorization" header value against
  * "Bearer KEY" (the scheme in any case); 1 when it matches. */

@@ -1,6 +1,6 @@
 /* moestream serve: a request of Anthropic's Messages API (POST /v1/messages,
  * and /v1/messages/count_tokens) as the chat-completions request it amounts
- * to, and errors in that API's shape. Agents built on Anthropic's SDKs
+ * to. Agents built on Anthropic's SDKs
  * (Claude Code among them) speak only this API; pointed at a local server
  * (ANTHROPIC_BASE_URL) they run on the checkpoint's own model. As with the
  * Responses API (serve_responses_request.c), the translation keeps one path
@@ -322,33 +322,4 @@ int srv_messages_to_chat(const json_t *root, int count_only, json_t **chat_out, 
     if (count_only)
         json_object_del(chat, "stream");
     return 0;
-}
-
-char *srv_error_json_anthropic(const srv_err *e)
-{
-    const char *type = e->status == 401 ? "authentication_error"
-                     : e->status == 403 ? "permission_error"
-                     : e->status == 404 ? "not_found_error"
-                     : e->status == 413 ? "request_too_large"
-                     : e->status == 429 ? "rate_limit_error"
-                     : e->status == 503 ? "overloaded_error"
-                     : e->status >= 500 ? "api_error" : "invalid_request_error";
-    char msg[sizeof e->message + 200];
-    if (e->param[0])
-        snprintf(msg, sizeof msg, "%s: %s", e->param, e->message);
-    else
-        snprintf(msg, sizeof msg, "%s", e->message);
-    json_t *m = json_string(msg);
-    if (!m) {
-        for (char *p = msg; *p; p++)
-            if ((unsigned char)*p >= 0x80)
-                *p = '?';
-        m = json_string(msg);
-    }
-    json_t *o = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type,
-                          "message", m);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return s ? s : strdup("{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":"
-                          "\"internal error\"}}");
 }

@@ -28,12 +28,12 @@ int srv_fail(srv_err *e, int status, const char *type, const char *param, const 
     return -1;
 }
 
-char *srv_error_json(const srv_err *e)
+/* An error's message (after prefix, if any) as a JSON string: it may quote
+ * what the client sent (a URL), so bytes that are not UTF-8 text become '?'. */
+static json_t *message_json(const srv_err *e, const char *prefix)
 {
-    /* the message may quote what the client sent (a URL): bytes that are not
-     * UTF-8 text become '?' */
-    char msg[sizeof e->message];
-    snprintf(msg, sizeof msg, "%s", e->message);
+    char msg[sizeof e->message + 200];
+    snprintf(msg, sizeof msg, "%s%s%s", prefix ? prefix : "", prefix ? ": " : "", e->message);
     json_t *m = json_string(msg);
     if (!m) {
         for (char *p = msg; *p; p++)
@@ -41,6 +41,31 @@ char *srv_error_json(const srv_err *e)
                 *p = '?';
         m = json_string(msg);
     }
+    return m;
+}
+
+/* Anthropic's shape: {"type": "error", "error": {"type", "message"}}, the
+ * type from the status, the parameter named in the message. */
+char *srv_error_json_anthropic(const srv_err *e)
+{
+    const char *type = e->status == 401 ? "authentication_error"
+                     : e->status == 403 ? "permission_error"
+                     : e->status == 404 ? "not_found_error"
+                     : e->status == 413 ? "request_too_large"
+                     : e->status == 429 ? "rate_limit_error"
+                     : e->status == 503 ? "overloaded_error"
+                     : e->status >= 500 ? "api_error" : "invalid_request_error";
+    json_t *o = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type,
+                          "message", message_json(e, e->param[0] ? e->param : NULL));
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s ? s : strdup("{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":"
+                          "\"internal error\"}}");
+}
+
+char *srv_error_json(const srv_err *e)
+{
+    json_t *m = message_json(e, NULL);
     json_t *o = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m,
                           "type", e->type ? e->type : "invalid_request_error",
                           "param", e->param[0] ? json_string(e->param) : json_null(),
