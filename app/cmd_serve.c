@@ -226,6 +226,7 @@ out:
             srv_spill_save(&sv, s, held, n);
     }
     srv_spill_close(&sv);
+    srv_store_free(&sv.store);
     if (rc)
         rc = cli_fail(&err);
     ms_vocab_index_close(sv.vocab);

@@ -83,6 +83,9 @@ typedef struct srv_request {
     char *force_name;            /* the named function */
     char *echo_json;             /* responses: the request's fields a response object repeats */
     char *names_json;            /* responses: namespaced tools' flat names -> their parts */
+    char *instructions;          /* responses: instructions, or NULL */
+    char *previous_id;           /* responses: previous_response_id, or NULL */
+    int store;                   /* responses: keep the response (OpenAI's default) */
     char *notes;                 /* what of the request is not served, a line each (or NULL) */
     int reasoning_summary;       /* responses: reasoning.summary asked (the reasoning is its
                                   * own summary: there is no summarizer) */
@@ -114,6 +117,13 @@ void srv_request_free(srv_request *r);
  * caller's to free, also after a failure. */
 typedef struct json_t json_t;
 int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **meta, srv_err *e);
+/* The messages a Responses request renders: its instructions (a system
+ * message), the kept conversation it continues (prev: a JSON array, or
+ * NULL), its own messages, the leading system messages joined into one
+ * (templates such as gpt-oss's take only the first as the system prompt).
+ * r->chat_json is replaced; *conversation gets prev + its own messages,
+ * instructions aside (malloc'd). -1 with *e on failure. */
+int srv_responses_compose(srv_request *r, const char *prev, char **conversation, srv_err *e);
 
 /* serve_messages_request.c: an Anthropic Messages API request as a chat
  * request (count_only: for /v1/messages/count_tokens, max_tokens not
@@ -182,7 +192,9 @@ struct srv_job {
     int32_t *ids;              /* the prompt */
     int64_t n_ids;
     int opens_reasoning;       /* the rendered prompt ends inside reasoning ("<think>") */
-    char id[48];               /* "chatcmpl-..." / "cmpl-..." */
+    char id[48];               /* "chatcmpl-..." / "cmpl-..." / "resp_..." / "msg_..." */
+    char *conversation;        /* responses: the messages before the answer, instructions
+                                * aside (what is stored with it) */
     int64_t created;
     double t_start;
     int fd;                    /* the client's socket, to notice a hang-up */
@@ -236,6 +248,24 @@ typedef struct srv_spill {
     int closing;
 } srv_spill;
 
+/* serve_store.c: responses kept for previous_response_id and GET / DELETE
+ * /v1/responses/ID; the oldest go first beyond either bound. */
+#define SRV_STORE_MAX 256
+#define SRV_STORE_BYTES ((size_t)64 << 20)
+typedef struct srv_store {
+    struct srv_stored *e;
+    int n;
+    size_t bytes;
+} srv_store;
+/* Keeps a response (takes both strings). */
+void srv_store_put(srv_store *st, const char *id, char *conversation, char *response);
+/* A copy of a kept response's conversation (conversation 1) or response
+ * object (0); NULL when it is not kept. */
+char *srv_store_get(srv_store *st, const char *id, int conversation);
+/* 1 when it was kept (and is now dropped). */
+int srv_store_delete(srv_store *st, const char *id);
+void srv_store_free(srv_store *st);
+
 struct srv {
     srv_access access;
     ms_engine *eng;
@@ -277,6 +307,7 @@ struct srv {
     double request_timeout;    /* seconds a generation may run; 0: no limit */
     double t_start;
     srv_spill spill;           /* the worker's */
+    srv_store store;           /* responses kept (Responses API) */
     /* counters for /metrics (atomic) */
     int64_t m_requests[SRV_N_KINDS], m_rejected, m_prompt_tokens, m_cached_tokens,
             m_completion_tokens, m_steps, m_rows, m_finished, m_cancelled, m_timeouts,
@@ -366,6 +397,11 @@ struct srv_out {
     json_t *parts;             /* the items / content blocks so far */
     int open;                  /* the kind of the part text goes to (0: none) */
     int summary;               /* responses: reasoning also as its summary */
+    json_t *final;             /* responses: the response object, once ended */
+    /* responses: called with the final object before the client can see the
+     * end (to keep it before a next request can name it) */
+    void (*on_final)(srv_out *o, void *ctx);
+    void *ctx;
     int64_t seq;               /* responses: the next event's sequence_number */
 };
 void srv_out_init(srv_out *o, const srv_out_api *api, const srv *sv, srv_job *j, int stream);
@@ -373,6 +409,10 @@ void srv_out_free(srv_out *o);
 /* Sends an event: `event: type` and its data (taken), as both APIs frame
  * them. */
 void srv_out_event(srv_out *o, const char *type, json_t *data);
+/* serve_responses.c: the answer as the chat assistant message the template
+ * renders when the conversation goes on (text, reasoning, tool calls). */
+json_t *srv_responses_answer(const srv_out *o);
+
 
 /* serve_http.c: starts libmicrohttpd on host:port (port 0: any free port;
  * *bound gets the port). */

@@ -29,8 +29,8 @@
 #include "cli.h"
 #include "serve.h"
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES, R_MESSAGES,
-             R_COUNT_TOKENS, R_METRICS, R_INDEX };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES,
+             R_RESPONSE_ID, R_MESSAGES, R_COUNT_TOKENS, R_METRICS, R_INDEX };
 
 typedef struct conn {
     int route;
@@ -308,7 +308,7 @@ static enum MHD_Result preflight(struct MHD_Connection *c, int cors, const char 
     if (!r)
         return MHD_NO;
     add_cors(r);
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     MHD_add_response_header(r, "Access-Control-Allow-Headers",
                             req_headers ? req_headers : "Authorization, Content-Type");
     MHD_add_response_header(r, "Access-Control-Max-Age", "600");
@@ -327,6 +327,8 @@ static int route_of(const char *url, const srv *sv)
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
     if (!strcmp(url, "/v1/responses")) return R_RESPONSES;
+    if (!strncmp(url, "/v1/responses/", 14) && url[14] && !strchr(url + 14, '/'))
+        return R_RESPONSE_ID;
     if (!strcmp(url, "/v1/messages")) return R_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return R_COUNT_TOKENS;
     return R_NONE;
@@ -405,6 +407,30 @@ static void note_once(const srv_job *j, const char *s, int n)
     pthread_mutex_unlock(&mu);
     if (!seen)
         fprintf(stderr, "serve: %s: %.*s (said once)\n", j->id, n, s);
+}
+
+/* GET / DELETE /v1/responses/ID: a response kept by the Responses API. */
+static enum MHD_Result kept_response(struct MHD_Connection *c, srv *sv, const char *id,
+                                     const char *method)
+{
+    int del = !strcmp(method, "DELETE");
+    if (!del && strcmp(method, "GET") && strcmp(method, "HEAD"))
+        return fail(c, 405, "invalid_request_error", "method_not_allowed", MHD_HTTP_HEADER_ALLOW,
+                    "GET, HEAD, DELETE", "Method %.16s is not allowed on /v1/responses/ID.",
+                    method);
+    char *body = NULL;
+    if (del && srv_store_delete(&sv->store, id)) {
+        json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
+        body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+    } else if (!del) {
+        body = srv_store_get(&sv->store, id, 0);
+    }
+    if (!body)
+        return fail(c, 404, "invalid_request_error", "response_not_found", NULL, NULL,
+                    "Response with id '%.100s' not found (this server keeps the last %d "
+                    "responses, in memory, while it runs).", id, SRV_STORE_MAX);
+    return send_body(c, MHD_HTTP_OK, body, NULL, NULL);
 }
 
 static enum MHD_Result post(struct MHD_Connection *c, srv *sv, conn *cx)
@@ -503,6 +529,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return fail(c, 404, "invalid_request_error", "unknown_url", NULL, NULL,
                         "Invalid URL (%.16s %.200s).", method, url);
         int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        if (cx->route == R_RESPONSE_ID) /* a kept response: GET, DELETE */
+            return kept_response(c, sv, url + 14, method);
         int want_post = cx->route == R_CHAT || cx->route == R_COMPLETIONS ||
                         cx->route == R_RESPONSES || cx->route == R_MESSAGES ||
                         cx->route == R_COUNT_TOKENS;

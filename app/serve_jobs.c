@@ -46,6 +46,7 @@ void srv_job_unref(srv_job *j)
     free(j->ids);
     free(j->out);
     free(j->body);
+    free(j->conversation);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -85,7 +86,8 @@ void srv_out_init(srv_out *o, const srv_out_api *api, const srv *sv, srv_job *j,
 void srv_out_free(srv_out *o)
 {
     json_decref(o->parts);
-    o->parts = NULL;
+    json_decref(o->final);
+    o->parts = o->final = NULL;
 }
 
 void srv_out_event(srv_out *o, const char *type, json_t *data)
@@ -202,6 +204,19 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     char *text = NULL;
     const char *t = j->req.prompt;
     int chat = j->req.kind != SRV_COMPLETION;
+    if (j->req.kind == SRV_RESPONSES) { /* instructions, the conversation it continues */
+        char *prev = j->req.previous_id ? srv_store_get(&sv->store, j->req.previous_id, 1)
+                                        : NULL;
+        if (j->req.previous_id && !prev)
+            return srv_fail(e, 404, "invalid_request_error", "previous_response_id",
+                            "previous_response_not_found", "Previous response with id '%.100s' "
+                            "not found (this server keeps the last %d responses, in memory, "
+                            "while it runs).", j->req.previous_id, SRV_STORE_MAX);
+        int rc = srv_responses_compose(&j->req, prev, &j->conversation, e);
+        free(prev);
+        if (rc)
+            return -1;
+    }
     if (chat) {
         int rc = cli_chat_prompt_json(sv->eng, j->req.chat_json, srv_job_thinking(sv, j),
                                       j->req.reasoning_effort ? j->req.reasoning_effort

@@ -188,6 +188,8 @@ void srv_request_free(srv_request *r)
     free(r->force_name);
     free(r->echo_json);
     free(r->names_json);
+    free(r->instructions);
+    free(r->previous_id);
     free(r->notes);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
@@ -306,7 +308,8 @@ int srv_parts_text(const json_t *v, const char *param, const char *const *types,
                             "Invalid content part '%s': type \"%.40s\" is not supported here "
                             "(%s).", sub, ty ? ty : "(none)", list);
         const char *key = !strcmp(ty, "refusal") ? "refusal" : "text";
-        if (!json_is_string(t = json_object_get(p, key))) {
+        t = json_object_get(p, key);
+        if (!json_is_string(t)) {
             snprintf(sub, sizeof sub, "%s[%zu].%s", param, i, key);
             return srv_bad_type(e, sub, "a string", t ? t : json_null());
         }
@@ -796,6 +799,14 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
         json_t *echo = json_object_get(meta, "echo"), *notes = json_object_get(meta, "notes");
         r->reasoning_summary =
             json_is_string(json_object_get(json_object_get(echo, "reasoning"), "summary"));
+        r->store = json_is_true(json_object_get(echo, "store"));
+        const char *ins = json_string_value(json_object_get(echo, "instructions"));
+        const char *prev = json_string_value(json_object_get(echo, "previous_response_id"));
+        if ((ins && !(r->instructions = strdup(ins))) ||
+            (prev && !(r->previous_id = strdup(prev)))) {
+            srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto out;
+        }
         if (!(r->echo_json = json_dumps(echo, JSON_COMPACT)) ||
             !(r->names_json = json_dumps(json_object_get(meta, "namespaces"), JSON_COMPACT))) {
             srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");

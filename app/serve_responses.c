@@ -257,6 +257,10 @@ static char *end(srv_out *r, const srv_out_end *e)
     if (cut)
         json_object_set_new(o, "incomplete_details",
                             json_pack("{s:s}", "reason", "max_output_tokens"));
+    json_decref(r->final);
+    r->final = json_incref(o);
+    if (r->on_final)
+        r->on_final(r, r->ctx);
     if (r->stream) {
         emit(r, cut ? "response.incomplete" : "response.completed",
              json_pack("{s:o}", "response", o));
@@ -265,6 +269,52 @@ static char *end(srv_out *r, const srv_out_end *e)
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return body;
+}
+
+json_t *srv_responses_answer(const srv_out *r)
+{
+    json_t *m = json_pack("{s:s, s:s}", "role", "assistant", "content", ""), *calls = NULL;
+    json_t *names = json_loads(r->j->req.names_json ? r->j->req.names_json : "{}", 0, NULL);
+    size_t i;
+    json_t *it;
+    json_array_foreach(r->parts, i, it) {
+        const char *ty = json_string_value(json_object_get(it, "type"));
+        json_t *text = json_object_get(json_array_get(json_object_get(it, "content"), 0), "text");
+        if (!strcmp(ty, "message")) {
+            json_object_set(m, "content", text);
+        } else if (!strcmp(ty, "reasoning")) {
+            json_object_set(m, "reasoning_content", text);
+            json_object_set(m, "thinking", text);
+        } else if (!strcmp(ty, "function_call")) {
+            /* as the template saw it: the flat name, the arguments an object */
+            const char *ns = json_string_value(json_object_get(it, "namespace"));
+            const char *name = json_string_value(json_object_get(it, "name"));
+            char flat[512];
+            snprintf(flat, sizeof flat, "%s", name);
+            if (ns) { /* the key the request's map gave it */
+                const char *k;
+                json_t *v;
+                json_object_foreach(names, k, v)
+                    if (!strcmp(json_string_value(json_object_get(v, "namespace")), ns) &&
+                        !strcmp(json_string_value(json_object_get(v, "name")), name))
+                        snprintf(flat, sizeof flat, "%s", k);
+            }
+            const char *args = json_string_value(json_object_get(it, "arguments"));
+            json_t *a = args ? json_loads(args, 0, NULL) : NULL;
+            if (!json_is_object(a)) {
+                json_decref(a);
+                a = json_string(args ? args : "");
+            }
+            if (!calls)
+                json_object_set_new(m, "tool_calls", calls = json_array());
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:s, s:o}}", "id",
+                                                   json_object_get(it, "call_id"), "type",
+                                                   "function", "function", "name", flat,
+                                                   "arguments", a));
+        }
+    }
+    json_decref(names);
+    return m;
 }
 
 static void fail(srv_out *r, const char *error_json)

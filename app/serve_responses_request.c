@@ -10,13 +10,14 @@
  * only the output (serve_responses.c) differs. libc + jansson only, like
  * serve_request.c (the fuzzing harness links both).
  *
- * What the server cannot do is refused with a 400 naming the field: stored
- * responses (previous_response_id, item_reference), non-text input parts,
- * tools other than functions, background runs, logprobs. Fields that only
- * matter to OpenAI's platform (store, metadata, user, prompt_cache_key,
- * safety_identifier, service_tier, truncation, parallel_tool_calls,
- * include's "reasoning.encrypted_content": reasoning comes back in clear)
- * are accepted and have no effect; store is answered false. */
+ * The instructions and a previous response's conversation are put before
+ * the input's messages when the prompt is made (srv_responses_compose).
+ * What the server cannot do is refused with a 400 naming the field:
+ * conversations and item references, non-text input parts, background
+ * runs, logprobs. Fields that only matter to OpenAI's platform (metadata,
+ * user, prompt_cache_key, safety_identifier, service_tier, truncation,
+ * parallel_tool_calls, include's "reasoning.encrypted_content": reasoning
+ * comes back in clear) are accepted and have no effect. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -186,8 +187,8 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
             json_decref(thinking);
             thinking = v;
         } else if (!strcmp(ty, "item_reference")) {
-            rc = unsupported(e, at, "this server does not store responses or items; send the "
-                             "items themselves");
+            rc = unsupported(e, at, "this server keeps responses, not items; send the items "
+                             "themselves, or previous_response_id");
         } else {
             snprintf(param, sizeof param, "%s.type", at);
             rc = srv_fail(e, 400, "invalid_request_error", param, "invalid_value",
@@ -360,12 +361,14 @@ static json_t *echo_of(const json_t *root)
     json_object_set_new(o, "metadata", v ? json_incref(v) : json_object());
     v = srv_member(root, "parallel_tool_calls");
     json_object_set_new(o, "parallel_tool_calls", json_boolean(!v || !json_is_false(v)));
-    json_object_set_new(o, "previous_response_id", json_null());
+    v = srv_member(root, "previous_response_id");
+    json_object_set_new(o, "previous_response_id", v ? json_incref(v) : json_null());
     v = srv_member(root, "reasoning");
     json_t *ef = srv_member(v, "effort"), *sum = srv_member(v, "summary");
     json_object_set_new(o, "reasoning", json_pack("{s:O, s:O}", "effort", ef ? ef : json_null(),
                                                   "summary", sum ? sum : json_null()));
-    json_object_set_new(o, "store", json_false());
+    v = srv_member(root, "store");
+    json_object_set_new(o, "store", json_boolean(!v || !json_is_false(v)));
     v = srv_member(srv_member(root, "text"), "format");
     json_object_set_new(o, "text", v ? json_pack("{s:O}", "format", v)
                                      : json_pack("{s:{s:s}}", "format", "type", "text"));
@@ -408,6 +411,36 @@ static void merge_system(json_t *msgs)
         json_array_remove(msgs, 1);
 }
 
+int srv_responses_compose(srv_request *r, const char *prev, char **conversation, srv_err *e)
+{
+    json_t *chat = json_loads(r->chat_json, 0, NULL);
+    json_t *own = json_object_get(chat, "messages");
+    json_t *before = prev ? json_loads(prev, 0, NULL) : NULL; /* (json_is_array is a macro) */
+    if (before && !json_is_array(before)) {
+        json_decref(before);
+        before = NULL;
+    }
+    json_t *all = before ? before : json_array();
+    json_array_extend(all, own);
+    *conversation = json_dumps(all, JSON_COMPACT);
+    if (r->instructions && *r->instructions)
+        json_array_insert_new(all, 0, json_pack("{s:s, s:s}", "role", "system", "content",
+                                                r->instructions));
+    merge_system(all);
+    json_object_set_new(chat, "messages", all);
+    char *s = json_dumps(chat, JSON_COMPACT);
+    json_decref(chat);
+    if (!s || !*conversation) {
+        free(s);
+        free(*conversation);
+        *conversation = NULL;
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    free(r->chat_json);
+    r->chat_json = s;
+    return 0;
+}
+
 int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **meta_out, srv_err *e)
 {
     json_t *meta = json_pack("{s:{}, s:[]}", "namespaces", "notes");
@@ -415,9 +448,10 @@ int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **meta_o
     json_t *chat = json_object(), *msgs = json_array(), *v;
     json_object_set_new(chat, "messages", msgs);
     *chat_out = chat;
-    if ((v = srv_member(root, "previous_response_id")))
-        return unsupported(e, "previous_response_id", "this server does not store responses; "
-                           "send the whole conversation in 'input'");
+    if ((v = srv_member(root, "previous_response_id")) && !json_is_string(v))
+        return srv_bad_type(e, "previous_response_id", "a string", v);
+    if ((v = srv_member(root, "store")) && !json_is_boolean(v))
+        return srv_bad_type(e, "store", "a boolean", v);
     if ((v = srv_member(root, "conversation")))
         return unsupported(e, "conversation", "this server keeps no conversations; send the "
                            "whole conversation in 'input'");
@@ -444,8 +478,6 @@ int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **meta_o
     v = srv_member(root, "instructions");
     if (v && !json_is_string(v))
         return srv_bad_type(e, "instructions", "a string", v);
-    if (v && json_string_length(v))
-        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", v));
     json_t *input = srv_member(root, "input");
     if (!input)
         return srv_fail(e, 400, "invalid_request_error", "input", "missing_required_parameter",
@@ -453,7 +485,6 @@ int srv_responses_to_chat(const json_t *root, json_t **chat_out, json_t **meta_o
     if (input_messages(input, msgs, e) || tools_of(root, chat, meta, e) ||
         format_of(root, chat, e))
         return -1;
-    merge_system(msgs);
     if ((v = srv_member(root, "max_output_tokens"))) {
         if (!json_is_integer(v))
             return srv_bad_type(e, "max_output_tokens", "an integer", v);

@@ -382,6 +382,27 @@ static void slot_free(slot *sl)
     sl->s = s;
 }
 
+/* A Responses API answer kept (for previous_response_id, GET): the
+ * conversation it ends and the response object. */
+static void keep_response(srv_out *o, void *ctx)
+{
+    gen *g = ctx;
+    json_t *conv = json_loads(g->j->conversation ? g->j->conversation : "[]", 0, NULL);
+    if (!json_is_array(conv)) {
+        json_decref(conv);
+        return;
+    }
+    json_array_append_new(conv, srv_responses_answer(o));
+    char *c = json_dumps(conv, JSON_COMPACT), *r = json_dumps(o->final, JSON_COMPACT);
+    json_decref(conv);
+    if (c && r) {
+        srv_store_put(&g->sv->store, g->j->id, c, r);
+    } else {
+        free(c);
+        free(r);
+    }
+}
+
 /* Sets the job up in the slot; 0 when its prompt is to be read, -1 when it
  * ended here (refused: the response is sent, the slot left free). */
 static int slot_start(srv *sv, slot *sl, srv_job *j)
@@ -396,8 +417,13 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
     gen *g = &sl->g;
     const srv_out_api *api = j->req.kind == SRV_RESPONSES ? &srv_responses_api
                            : j->req.kind == SRV_MESSAGES ? &srv_messages_api : NULL;
-    if (api)
+    if (api) {
         srv_out_init(&g->out, api, sv, j, g->stream);
+        if (j->req.kind == SRV_RESPONSES && j->req.store) {
+            g->out.on_final = keep_response;
+            g->out.ctx = g;
+        }
+    }
     if (sv->no_reuse)
         ms_session_truncate(sl->s, 0, &err);
     if (ms_session_reuse(sl->s, j->ids, j->n_ids, &sl->reused, &err)) {

@@ -46,7 +46,7 @@ await check('responses_answer', async () => {
   const u = r.usage;
   if (!(u.input_tokens > 0 && u.output_tokens > 0 && u.total_tokens === u.input_tokens + u.output_tokens)) return JSON.stringify(u);
   if (!(u.output_tokens_details.reasoning_tokens > 0 && u.output_tokens_details.reasoning_tokens < u.output_tokens)) return JSON.stringify(u);
-  if (r.store !== false || r.tool_choice !== 'auto' || r.text.format.type !== 'text') return `echo ${JSON.stringify(r)}`;
+  if (r.store !== true || r.tool_choice !== 'auto' || r.text.format.type !== 'text') return `echo ${JSON.stringify(r)}`;
 });
 
 await check('responses_same_as_chat', async () => {
@@ -76,6 +76,47 @@ await check('responses_output_items_round_trip', async () => {
     { role: 'user', content: next }] });
   if (r.usage.input_tokens !== c.usage.prompt_tokens) return `input_tokens ${r.usage.input_tokens}, chat ${c.usage.prompt_tokens}`;
   if (!(r.usage.input_tokens > first.usage.input_tokens + 10)) return `input_tokens ${r.usage.input_tokens} after ${first.usage.input_tokens}`;
+});
+
+// kept responses (store, OpenAI's default): previous_response_id continues the conversation
+// with the prompt the chat messages give and from the prompt cache; GET returns the response,
+// DELETE drops it; store: false keeps nothing; the instructions of the earlier turn are not
+// carried over
+await check('responses_previous_response_id', async () => {
+  const first = await answer.responses.create({ model: 'm', input: question, instructions: 'Be brief.', temperature: 0 });
+  const next = 'And of Italy?';
+  const r = await answer.responses.create({ model: 'm', input: next, previous_response_id: first.id, temperature: 0, max_output_tokens: 2 });
+  const c = await answer.chat.completions.create({ model: 'm', temperature: 0, max_tokens: 2, messages: [
+    { role: 'user', content: question }, { role: 'assistant', content: ANSWER, reasoning_content: REASONING },
+    { role: 'user', content: next }] });
+  if (r.previous_response_id !== first.id) return `echo ${r.previous_response_id}`;
+  if (r.usage.input_tokens !== c.usage.prompt_tokens) return `input_tokens ${r.usage.input_tokens}, chat ${c.usage.prompt_tokens}`;
+  const third = await answer.responses.create({ model: 'm', input: 'And Spain?', previous_response_id: r.id, max_output_tokens: 2 });
+  if (!(third.usage.input_tokens > r.usage.input_tokens && third.usage.input_tokens_details.cached_tokens >= r.usage.input_tokens - 1))
+    return `third turn ${JSON.stringify(third.usage)} after ${JSON.stringify(r.usage)}: not continued from the cache`;
+  const got = await answer.responses.retrieve(first.id);
+  if (got.id !== first.id || JSON.stringify(got.output) !== JSON.stringify(first.output)) return `retrieved ${JSON.stringify(got)}`;
+  await answer.responses.delete(first.id);
+  try {
+    await answer.responses.retrieve(first.id);
+    return 'retrieved after delete';
+  } catch (e) {
+    if (e.status !== 404) return `after delete: ${e.status}`;
+  }
+  try {
+    await answer.responses.create({ model: 'm', input: next, previous_response_id: first.id, max_output_tokens: 1 });
+    return 'continued a deleted response';
+  } catch (e) {
+    if (e.status !== 404 || e.param !== 'previous_response_id') return `${e.status} ${e.param}`;
+  }
+  const unkept = await answer.responses.create({ model: 'm', input: question, store: false, max_output_tokens: 1 });
+  if (unkept.store !== false) return `store echoed ${unkept.store}`;
+  try {
+    await answer.responses.retrieve(unkept.id);
+    return 'store: false was kept';
+  } catch (e) {
+    if (e.status !== 404) return `store false: ${e.status}`;
+  }
 });
 
 await check('responses_incomplete', async () => {
@@ -186,7 +227,7 @@ await check('responses_json_schema', async () => {
 });
 
 for (const [name, body, param] of [
-  ['responses_refuses_previous_response_id', { previous_response_id: 'resp_1' }, 'previous_response_id'],
+  ['responses_refuses_unknown_previous_response', { previous_response_id: 'resp_1' }, 'previous_response_id'],
   ['responses_refuses_image_input', { input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'https://example.com/a.png' }] }] }, 'input[0].content[0]'],
 ]) {
   await check(name, async () => {
@@ -194,7 +235,8 @@ for (const [name, body, param] of [
       await answer.responses.create({ model: 'm', input: question, max_output_tokens: 1, ...body });
       return 'accepted';
     } catch (e) {
-      if (e.status !== 400 || e.param !== param) return `status ${e.status}, param ${e.param}: ${e.message}`;
+      if (e.status !== (param === 'previous_response_id' ? 404 : 400) || e.param !== param)
+        return `status ${e.status}, param ${e.param}: ${e.message}`;
     }
   });
 }

@@ -155,6 +155,15 @@ static void test_responses_translated(void)
         "\"include\": [\"reasoning.encrypted_content\"], \"metadata\": {\"k\": \"v\"}, "
         "\"parallel_tool_calls\": false}";
     CHECK(parse(SRV_RESPONSES, b, &r, &e) == 0, "%s", e.message);
+    CHECK(r.instructions && !strcmp(r.instructions, "Be brief.") && r.store && !r.previous_id,
+          "instructions kept apart");
+    char *conv = NULL;
+    CHECK(srv_responses_compose(&r, NULL, &conv, &e) == 0, "%s", e.message);
+    json_t *cv = conv ? json_loads(conv, 0, NULL) : NULL;
+    CHECK(json_array_size(cv) == 5, "the conversation, instructions aside: %s",
+          conv ? conv : "(null)");
+    json_decref(cv);
+    free(conv);
     CHECK(r.kind == SRV_RESPONSES && r.max_tokens == 9 && r.stream && r.have_temperature &&
           r.temperature == 0.5, "options");
     CHECK(r.reasoning_effort && !strcmp(r.reasoning_effort, "low"), "effort minimal -> low");
@@ -189,7 +198,7 @@ static void test_responses_translated(void)
     json_t *echo = r.echo_json ? json_loads(r.echo_json, 0, NULL) : NULL;
     CHECK(echo && !strcmp(json_string_value(json_object_get(echo, "instructions")), "Be brief.") &&
           json_integer_value(json_object_get(echo, "max_output_tokens")) == 9 &&
-          json_is_false(json_object_get(echo, "store")) &&
+          json_is_true(json_object_get(echo, "store")) &&
           json_is_false(json_object_get(echo, "parallel_tool_calls")) &&
           !strcmp(json_string_value(json_object_get(json_object_get(echo, "reasoning"), "effort")),
                   "minimal") &&
@@ -238,10 +247,16 @@ static void test_responses_translated(void)
                                "\"apply_patch\"}], \"tool_choice\": {\"type\": \"function\", "
                                "\"namespace\": \"multi_agent_\", \"name\": \"close\"}}", &r, &e) == 0,
           "%s", e.message);
-    CHECK(r.n_msgs == 4 && !strcmp(r.msgs[0].role, "system") &&
-          !strcmp(r.msgs[0].content, "I\n\nD1\n\nD2") && !strcmp(r.msgs[3].role, "system") &&
-          !strcmp(r.msgs[3].content, "D3"), "system messages: %d, %s", r.n_msgs,
-          r.n_msgs ? r.msgs[0].content : "");
+    CHECK(srv_responses_compose(&r, NULL, &conv, &e) == 0, "%s", e.message);
+    free(conv);
+    json_t *cj = r.chat_json ? json_loads(r.chat_json, 0, NULL) : NULL;
+    json_t *cm = json_object_get(cj, "messages");
+    CHECK(json_array_size(cm) == 4 &&
+          !strcmp(json_string_value(json_object_get(json_array_get(cm, 0), "content")),
+                  "I\n\nD1\n\nD2") &&
+          !strcmp(json_string_value(json_object_get(json_array_get(cm, 3), "role")), "system"),
+          "system messages: %s", r.chat_json ? r.chat_json : "(null)");
+    json_decref(cj);
     CHECK(r.tools_json && strstr(r.tools_json, "\"name\":\"exec\"") &&
           strstr(r.tools_json, "\"name\":\"multi_agent__close\"") &&
           !strstr(r.tools_json, "web_search") && !strstr(r.tools_json, "apply_patch"),
@@ -254,6 +269,35 @@ static void test_responses_translated(void)
     CHECK(r.force_tool == 2 && !strcmp(r.force_name, "multi_agent__close"), "namespaced choice");
     CHECK(r.chat_json && strstr(r.chat_json, "\"name\":\"multi_agent__close\",\"arguments\""),
           "namespaced call %s", r.chat_json ? r.chat_json : "(null)");
+    srv_request_free(&r);
+}
+
+/* A request continuing a kept conversation: its instructions first (not
+ * the earlier ones, which are not kept), the kept messages, its own; the
+ * conversation to keep is the last two without instructions. */
+static void test_responses_continued(void)
+{
+    srv_request r;
+    srv_err e;
+    CHECK(parse(SRV_RESPONSES, "{\"input\": \"next\", \"instructions\": \"I2\", "
+                               "\"previous_response_id\": \"resp_1\", \"store\": false}", &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.previous_id && !strcmp(r.previous_id, "resp_1") && !r.store, "previous id, store");
+    CHECK(r.echo_json && strstr(r.echo_json, "\"previous_response_id\":\"resp_1\"") &&
+          strstr(r.echo_json, "\"store\":false"), "echo %s", r.echo_json ? r.echo_json : "");
+    char *conv = NULL;
+    const char *prev = "[{\"role\":\"user\",\"content\":\"first\"},{\"role\":\"assistant\","
+                       "\"content\":\"A\",\"thinking\":\"R\"}]";
+    CHECK(srv_responses_compose(&r, prev, &conv, &e) == 0, "%s", e.message);
+    CHECK(r.chat_json && strstr(r.chat_json, "\"messages\":[{\"role\":\"system\",\"content\":\"I2\"},"
+                                             "{\"role\":\"user\",\"content\":\"first\"},"
+                                             "{\"role\":\"assistant\",\"content\":\"A\","
+                                             "\"thinking\":\"R\"},{\"role\":\"user\","
+                                             "\"content\":\"next\"}]"),
+          "composed %s", r.chat_json ? r.chat_json : "(null)");
+    CHECK(conv && !strstr(conv, "I2") && strstr(conv, "first") && strstr(conv, "next"),
+          "kept %s", conv ? conv : "(null)");
+    free(conv);
     srv_request_free(&r);
 }
 
@@ -279,8 +323,9 @@ static void test_responses_refusals(void)
             "input[0]", "unsupported_parameter");
     refused(SRV_RESPONSES, "{\"input\": [{\"type\": \"web_search_call\"}]}", 400, "input[0].type",
             "invalid_value");
-    refused(SRV_RESPONSES, "{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}", 400,
-            "previous_response_id", "unsupported_parameter");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"previous_response_id\": 1}", 400,
+            "previous_response_id", "invalid_type");
+    refused(SRV_RESPONSES, "{\"input\": \"x\", \"store\": \"no\"}", 400, "store", "invalid_type");
     refused(SRV_RESPONSES, "{\"input\": \"x\", \"background\": true}", 400, "background",
             "unsupported_parameter");
     refused(SRV_RESPONSES, "{\"input\": \"x\", \"include\": [\"message.output_text.logprobs\"]}",
@@ -606,6 +651,7 @@ int main(void)
     TEST_CASE(test_chat_fields);
     TEST_CASE(test_chat_normalized);
     TEST_CASE(test_responses_translated);
+    TEST_CASE(test_responses_continued);
     TEST_CASE(test_responses_refusals);
     TEST_CASE(test_messages_translated);
     TEST_CASE(test_messages_refusals);
