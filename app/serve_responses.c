@@ -5,9 +5,9 @@
  * OpenAI's gpt-oss guide has it; when the request asks for a summary
  * (reasoning.summary), the same text as the item's summary too, since
  * there is no summarizer here and clients such as the Vercel AI SDK show
- * only summaries), a
- * "message" item (the answer, one "output_text" part) and one
- * "function_call" item per tool call. Streamed, each item is announced
+ * only summaries), a "message" item (the answer, one "output_text" part)
+ * and one "function_call" item per tool call (a namespaced tool's call
+ * with its namespace and name apart). Streamed, each item is announced
  * (response.output_item.added), filled (its part's deltas) and closed
  * (response.*.done, response.output_item.done) before the next one opens,
  * between response.created / response.in_progress and response.completed
