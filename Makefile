@@ -92,7 +92,8 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 
 # Tests of front-end pieces link the app objects they test.
 $(BUILD)/tests/server/test_request: $(BUILD)/app/serve_request.o $(BUILD)/app/serve_responses_request.o \
-                                   $(BUILD)/app/serve_messages_request.o
+                                   $(BUILD)/app/serve_messages_request.o \
+                                   $(BUILD)/app/serve_ollama_request.o
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -3,22 +3,24 @@
  *   serve_request.c  request bodies -> srv_request, OpenAI-style error JSON
  *                    (libc + jansson only: the fuzzing harness in tools/fuzz
  *                    links it alone, with serve_responses_request.c)
- *   serve_responses_request.c, serve_messages_request.c
+ *   serve_responses_request.c, serve_messages_request.c, serve_ollama_request.c
  *                    a request of OpenAI's Responses API / Anthropic's Messages
- *                    API -> the chat request it amounts to
+ *                    API / Ollama's API -> the chat request it amounts to
  *   serve_http.c     libmicrohttpd: routing, Host / Origin / API key checks,
  *                    body limit, waiting for results, Server-Sent Events
  *   serve_jobs.c     jobs and their queue; preparing a request (template,
  *                    tokens, constraints); /v1/models and /metrics
  *   serve_worker.c   the worker: parallel slots decoded in batched steps, and
  *                    the OpenAI responses (chunks, tool calls, logprobs)
- *   serve_responses.c, serve_messages.c
+ *   serve_responses.c, serve_messages.c, serve_ollama.c
  *                    a generation as Responses API items / Messages API content
- *                    blocks, and their events (srv_out_api)
+ *                    blocks / Ollama's lines, and their events (srv_out_api)
+ *   serve_store.c    Responses API responses kept (previous_response_id)
  *   cmd_serve.c      the command: options, engine, sessions, start and stop
  * Dependencies point one way: cmd_serve -> serve_http, serve_worker ->
- * serve_responses, serve_messages -> serve_jobs -> serve_request ->
- * serve_responses_request, serve_messages_request.
+ * serve_responses, serve_messages, serve_ollama, serve_store -> serve_jobs ->
+ * serve_request -> serve_responses_request, serve_messages_request,
+ * serve_ollama_request.
  */
 #ifndef MS_APP_SERVE_H
 #define MS_APP_SERVE_H
@@ -26,15 +28,18 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "moestream.h"
 
 /* ---- requests (serve_request.c) --------------------------------------------- */
 
 /* The endpoint a request came to: OpenAI's chat completions, completions and
- * Responses API, Anthropic's Messages API and its token count. */
+ * Responses API, Anthropic's Messages API and its token count, Ollama's chat
+ * and generate. */
 enum srv_kind {
-    SRV_CHAT, SRV_COMPLETION, SRV_RESPONSES, SRV_MESSAGES, SRV_COUNT_TOKENS, SRV_N_KINDS
+    SRV_CHAT, SRV_COMPLETION, SRV_RESPONSES, SRV_MESSAGES, SRV_COUNT_TOKENS, SRV_OLLAMA_CHAT,
+    SRV_OLLAMA_GENERATE, SRV_N_KINDS
 };
 
 /* An error as OpenAI reports it: HTTP status and the four fields of
@@ -92,18 +97,19 @@ typedef struct srv_request {
 } srv_request;
 
 /* Parses and validates a request body of /v1/chat/completions (SRV_CHAT),
- * /v1/completions (SRV_COMPLETION), /v1/responses (SRV_RESPONSES: read as
- * the chat request srv_responses_to_chat makes of it) or /v1/messages
- * (SRV_MESSAGES, SRV_COUNT_TOKENS: as srv_messages_to_chat makes it). Fields of the OpenAI API this server
- * does not implement are refused with a 400 naming them; fields clients
- * send by habit whose absence of effect changes nothing (user, metadata,
- * store, parallel_tool_calls, service_tier, ...) and fields unknown to the
- * API are ignored. Chat messages are normalized for the chat template:
- * content parts joined, a null content "", tool-call arguments sent as a
- * JSON string parsed into the object templates expect, reasoning_content
- * also given as "thinking" (gpt-oss's name), a tool without a description
- * given "". Malformed
- * JSON, wrong types, values out of range and missing required fields fill *e
+ * /v1/completions (SRV_COMPLETION), or of another API read as the chat
+ * request it amounts to: /v1/responses (SRV_RESPONSES,
+ * srv_responses_to_chat), /v1/messages (SRV_MESSAGES, SRV_COUNT_TOKENS,
+ * srv_messages_to_chat), /api/chat and /api/generate (SRV_OLLAMA_*,
+ * srv_ollama_to_chat). Fields of the OpenAI API this server does not
+ * implement are refused with a 400 naming them; fields clients send by
+ * habit whose absence of effect changes nothing (user, metadata, store,
+ * parallel_tool_calls, service_tier, ...) and fields unknown to the API are
+ * ignored. Chat messages are normalized for the chat template: content
+ * parts joined, a null content "", tool-call arguments sent as a JSON
+ * string parsed into the object templates expect, reasoning_content also
+ * given as "thinking" (gpt-oss's name), a tool without a description given
+ * "". Malformed JSON, wrong types, values out of range and missing required fields fill *e
  * (status 400) and return -1. On success *r owns its strings; free it with
  * srv_request_free (also safe after a failure). */
 int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, srv_err *e);
@@ -129,6 +135,9 @@ int srv_responses_compose(srv_request *r, const char *prev, char **conversation,
  * request (count_only: for /v1/messages/count_tokens, max_tokens not
  * needed), or -1 with *e naming the field; *chat is the caller's to free. */
 int srv_messages_to_chat(const json_t *root, int count_only, json_t **chat, srv_err *e);
+/* serve_ollama_request.c: an Ollama /api/chat (generate 0) or /api/generate
+ * request as a chat request, or -1 with *e; *chat is the caller's to free. */
+int srv_ollama_to_chat(const json_t *root, int generate, json_t **chat, srv_err *e);
 
 /* Content parts' text (objects whose "type" is one of types, their text
  * under "text", or "refusal" for a refusal part) joined with newlines, as
@@ -144,10 +153,11 @@ int srv_bad_type(srv_err *e, const char *param, const char *want, const json_t *
 /* Fills *e; returns -1 (for `return srv_fail(...)`). */
 int srv_fail(srv_err *e, int status, const char *type, const char *param, const char *code,
              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* {"error": {...}} as a malloc'd string; srv_error_json_anthropic: in the
- * shape of Anthropic's API (its routes answer so). */
+/* {"error": {...}} as a malloc'd string; srv_error_json_anthropic, _ollama:
+ * in the shape of Anthropic's API, Ollama's (their routes answer so). */
 char *srv_error_json(const srv_err *e);
 char *srv_error_json_anthropic(const srv_err *e);
+char *srv_error_json_ollama(const srv_err *e);
 
 /* Constant-time check of an "Authorization" header value against
  * "Bearer KEY" (the scheme in any case); 1 when it matches. */
@@ -282,6 +292,8 @@ struct srv {
     ms_tokenizer *tok;
     const ms_model_info *info;
     const char *name;          /* the model id in responses */
+    const char *model_dir;     /* the checkpoint folder */
+    time_t started;            /* wall clock at start */
     const char *api_key;       /* NULL: no authentication */
     size_t max_body;
     int max_queue;
@@ -361,6 +373,8 @@ void *srv_worker(void *arg);
  * it against the context. Thread-safe: runs on the connection's thread. */
 int srv_prepare(srv *sv, srv_job *j, srv_err *e);
 int srv_model_json(const srv *sv, char **out);
+/* Ollama's /api/tags (show 0) or /api/show (show 1) answer (malloc'd). */
+char *srv_ollama_json(const srv *sv, int show);
 
 /* An answer in an API of typed parts (OpenAI's Responses, Anthropic's
  * Messages): reasoning, text and tool calls become the API's items or
@@ -387,7 +401,7 @@ typedef struct srv_out_api {
     /* streamed: an error event carrying srv_error_json's error */
     void (*fail)(srv_out *o, const char *error_json);
 } srv_out_api;
-extern const srv_out_api srv_responses_api, srv_messages_api;
+extern const srv_out_api srv_responses_api, srv_messages_api, srv_ollama_api;
 
 struct srv_out {
     const srv_out_api *api;
@@ -403,6 +417,7 @@ struct srv_out {
     void (*on_final)(srv_out *o, void *ctx);
     void *ctx;
     int64_t seq;               /* responses: the next event's sequence_number */
+    double t_first;            /* when the first token was sampled (cli_now; the worker's) */
 };
 void srv_out_init(srv_out *o, const srv_out_api *api, const srv *sv, srv_job *j, int stream);
 void srv_out_free(srv_out *o);

@@ -30,7 +30,8 @@
 #include "serve.h"
 
 enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES,
-             R_RESPONSE_ID, R_MESSAGES, R_COUNT_TOKENS, R_METRICS, R_INDEX };
+             R_RESPONSE_ID, R_MESSAGES, R_COUNT_TOKENS, R_OLLAMA_CHAT, R_OLLAMA_GENERATE,
+             R_OLLAMA_TAGS, R_OLLAMA_SHOW, R_OLLAMA_VERSION, R_METRICS, R_INDEX };
 
 typedef struct conn {
     int route;
@@ -47,8 +48,9 @@ typedef struct conn {
 /* The Origin the response of this connection's request allows (CORS), or
  * NULL. Connections have their own threads, so a thread-local suffices. */
 static __thread const char *cors_origin;
-/* errors in the shape of Anthropic's API (its routes) rather than OpenAI's */
-static __thread int anthropic_errors;
+/* errors in the shape of Anthropic's API or Ollama's (their routes) rather
+ * than OpenAI's */
+static __thread int anthropic_errors, ollama_errors;
 
 static void add_cors(struct MHD_Response *r)
 {
@@ -82,7 +84,8 @@ static enum MHD_Result send_err(struct MHD_Connection *c, const srv_err *e, cons
                                const char *val)
 {
     return send_body(c, e->status,
-                     anthropic_errors ? srv_error_json_anthropic(e) : srv_error_json(e), hdr, val);
+                     anthropic_errors ? srv_error_json_anthropic(e)
+                     : ollama_errors ? srv_error_json_ollama(e) : srv_error_json(e), hdr, val);
 }
 
 /* An error response with an optional extra header. */
@@ -190,7 +193,9 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, srv_job *j)
     pthread_mutex_lock(&j->mu);
     j->refs++; /* the response's, dropped by sse_free */
     pthread_mutex_unlock(&j->mu);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    int ndjson = j->req.kind == SRV_OLLAMA_CHAT || j->req.kind == SRV_OLLAMA_GENERATE;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            ndjson ? "application/x-ndjson" : "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     add_cors(r);
@@ -331,6 +336,11 @@ static int route_of(const char *url, const srv *sv)
         return R_RESPONSE_ID;
     if (!strcmp(url, "/v1/messages")) return R_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return R_COUNT_TOKENS;
+    if (!strcmp(url, "/api/chat")) return R_OLLAMA_CHAT;
+    if (!strcmp(url, "/api/generate")) return R_OLLAMA_GENERATE;
+    if (!strcmp(url, "/api/tags")) return R_OLLAMA_TAGS;
+    if (!strcmp(url, "/api/show")) return R_OLLAMA_SHOW;
+    if (!strcmp(url, "/api/version")) return R_OLLAMA_VERSION;
     return R_NONE;
 }
 
@@ -375,6 +385,10 @@ static enum MHD_Result get(struct MHD_Connection *c, srv *sv, int route)
                               "requests_pending", q);
         body = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
+    } else if (route == R_OLLAMA_TAGS) {
+        body = srv_ollama_json(sv, 0);
+    } else if (route == R_OLLAMA_VERSION) {
+        body = strdup("{\"version\":\"" MS_VERSION "\"}");
     } else if (srv_model_json(sv, &m) == 0) {
         if (route == R_MODEL) {
             body = m;
@@ -442,9 +456,13 @@ static enum MHD_Result post(struct MHD_Connection *c, srv *sv, conn *cx)
     srv_job *j = cx->job = srv_job_new();
     if (!j)
         return MHD_NO;
+    if (cx->route == R_OLLAMA_SHOW) /* one model: its description, whatever the body names */
+        return send_body(c, MHD_HTTP_OK, srv_ollama_json(sv, 1), NULL, NULL);
     int kind = cx->route == R_CHAT ? SRV_CHAT : cx->route == R_RESPONSES ? SRV_RESPONSES
              : cx->route == R_MESSAGES ? SRV_MESSAGES
-             : cx->route == R_COUNT_TOKENS ? SRV_COUNT_TOKENS : SRV_COMPLETION;
+             : cx->route == R_COUNT_TOKENS ? SRV_COUNT_TOKENS
+             : cx->route == R_OLLAMA_CHAT ? SRV_OLLAMA_CHAT
+             : cx->route == R_OLLAMA_GENERATE ? SRV_OLLAMA_GENERATE : SRV_COMPLETION;
     if (srv_parse_request(kind, cx->body ? cx->body : "", cx->len, &j->req, &e) ||
         srv_prepare(sv, j, &e)) {
         __atomic_add_fetch(&sv->m_rejected, 1, __ATOMIC_RELAXED);
@@ -489,6 +507,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cx->responded = 1; /* unless the body is to be read */
         cors_origin = NULL;
         anthropic_errors = cx->route == R_MESSAGES || cx->route == R_COUNT_TOKENS;
+        ollama_errors = cx->route >= R_OLLAMA_CHAT && cx->route <= R_OLLAMA_VERSION;
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
         if (!srv_host_ok(&sv->access, host))
             return fail(c, 403, "invalid_request_error", "host_not_allowed", NULL, NULL,
@@ -533,7 +552,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return kept_response(c, sv, url + 14, method);
         int want_post = cx->route == R_CHAT || cx->route == R_COMPLETIONS ||
                         cx->route == R_RESPONSES || cx->route == R_MESSAGES ||
-                        cx->route == R_COUNT_TOKENS;
+                        cx->route == R_COUNT_TOKENS || cx->route == R_OLLAMA_CHAT ||
+                        cx->route == R_OLLAMA_GENERATE || cx->route == R_OLLAMA_SHOW;
         if (want_post ? strcmp(method, "POST") != 0 : !is_get)
             return fail(c, 405, "invalid_request_error", "method_not_allowed",
                         MHD_HTTP_HEADER_ALLOW, want_post ? "POST" : "GET, HEAD",

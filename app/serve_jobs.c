@@ -2,12 +2,14 @@
  * (which prepare a request: template, tokens, constraints, then queue it)
  * and the worker (which serves it); also /v1/models and /metrics, which read
  * the server's state. */
+#include <dirent.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -233,7 +235,8 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     free(text);
     if (rc)
         return srv_fail(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err.msg);
-    const char *what = j->req.kind == SRV_RESPONSES ? "input" : chat ? "messages" : "prompt";
+    const char *what = j->req.kind == SRV_RESPONSES ? "input"
+                     : chat && j->req.kind != SRV_OLLAMA_GENERATE ? "messages" : "prompt";
     if (j->req.kind == SRV_COUNT_TOKENS)
         return 0; /* only the count is asked */
     if (j->n_ids == 0)
@@ -255,7 +258,8 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
     if (getrandom(&h, sizeof h, 0) != (ssize_t)sizeof h) /* ids nobody can guess */
         h = (n * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)j->created ^
             (uint64_t)(cli_now() * 1e9);
-    static const char *const prefix[SRV_N_KINDS] = {"chatcmpl-", "cmpl-", "resp_", "msg_", "n_"};
+    static const char *const prefix[SRV_N_KINDS] = {"chatcmpl-", "cmpl-", "resp_", "msg_", "n_",
+                                                    "ochat-", "ogen-"};
     snprintf(j->id, sizeof j->id, "%s%016" PRIx64, prefix[j->req.kind], h);
     return 0;
 }
@@ -280,10 +284,13 @@ char *srv_metrics_text(srv *sv)
                "moestream_requests_total{endpoint=\"completions\"} %lld\n"
                "moestream_requests_total{endpoint=\"responses\"} %lld\n"
                "moestream_requests_total{endpoint=\"messages\"} %lld\n"
-               "moestream_requests_total{endpoint=\"count_tokens\"} %lld\n",
+               "moestream_requests_total{endpoint=\"count_tokens\"} %lld\n"
+               "moestream_requests_total{endpoint=\"ollama_chat\"} %lld\n"
+               "moestream_requests_total{endpoint=\"ollama_generate\"} %lld\n",
             LOAD(sv->m_requests[SRV_CHAT]), LOAD(sv->m_requests[SRV_COMPLETION]),
             LOAD(sv->m_requests[SRV_RESPONSES]), LOAD(sv->m_requests[SRV_MESSAGES]),
-            LOAD(sv->m_requests[SRV_COUNT_TOKENS]));
+            LOAD(sv->m_requests[SRV_COUNT_TOKENS]), LOAD(sv->m_requests[SRV_OLLAMA_CHAT]),
+            LOAD(sv->m_requests[SRV_OLLAMA_GENERATE]));
     fprintf(f, "# HELP moestream_requests_rejected_total Requests refused (4xx, 5xx).\n"
                "# TYPE moestream_requests_rejected_total counter\n"
                "moestream_requests_rejected_total %lld\n", LOAD(sv->m_rejected));
@@ -364,6 +371,62 @@ char *srv_metrics_text(srv *sv)
 #undef LOAD
     fclose(f);
     return t;
+}
+
+/* The checkpoint's weights on disk (its *.safetensors), in bytes. */
+static int64_t weights_bytes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int64_t n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        struct stat st;
+        char path[4096];
+        if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors"))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (!stat(path, &st))
+            n += st.st_size;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The model as Ollama describes one (its /api/tags entry, /api/show's
+ * details): what an Ollama client lists and checks before it chats. */
+static json_t *ollama_details(const srv *sv)
+{
+    return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format",
+                     "safetensors", "family", sv->info->family, "families", sv->info->family,
+                     "parameter_size", "", "quantization_level", "");
+}
+
+char *srv_ollama_json(const srv *sv, int route_show)
+{
+    char at[40];
+    time_t t = sv->started;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_t *o;
+    if (route_show) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.context_length", sv->info->family);
+        o = json_pack("{s:s, s:s, s:s, s:o, s:{s:s, s:I}, s:[s, s, s], s:s}", "modelfile", "",
+                      "parameters", "", "template", "", "details", ollama_details(sv),
+                      "model_info", "general.architecture", sv->info->family, key,
+                      (json_int_t)sv->ctx, "capabilities", "completion", "tools", "thinking",
+                      "modified_at", at);
+    } else {
+        o = json_pack("{s:[{s:s, s:s, s:s, s:I, s:s, s:o}]}", "models", "name", sv->name,
+                      "model", sv->name, "modified_at", at, "size",
+                      (json_int_t)weights_bytes(sv->model_dir), "digest", "", "details",
+                      ollama_details(sv));
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
 }
 
 int srv_model_json(const srv *sv, char **out)

@@ -28,10 +28,13 @@ int srv_fail(srv_err *e, int status, const char *type, const char *param, const 
     return -1;
 }
 
-/* An error's message (after prefix, if any) as a JSON string: it may quote
- * what the client sent (a URL), so bytes that are not UTF-8 text become '?'. */
+/* An error's message (after prefix, if any and not already in it) as a JSON
+ * string: it may quote what the client sent (a URL), so bytes that are not
+ * UTF-8 text become '?'. */
 static json_t *message_json(const srv_err *e, const char *prefix)
 {
+    if (prefix && strstr(e->message, prefix))
+        prefix = NULL;
     char msg[sizeof e->message + 200];
     snprintf(msg, sizeof msg, "%s%s%s", prefix ? prefix : "", prefix ? ": " : "", e->message);
     json_t *m = json_string(msg);
@@ -42,6 +45,15 @@ static json_t *message_json(const srv_err *e, const char *prefix)
         m = json_string(msg);
     }
     return m;
+}
+
+/* Ollama's shape: {"error": "message"}, the parameter named in the message. */
+char *srv_error_json_ollama(const srv_err *e)
+{
+    json_t *o = json_pack("{s:o}", "error", message_json(e, e->param[0] ? e->param : NULL));
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s ? s : strdup("{\"error\":\"internal error\"}");
 }
 
 /* Anthropic's shape: {"type": "error", "error": {"type", "message"}}, the
@@ -785,6 +797,13 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
         /* the chat request it amounts to is what the rest reads */
         json_t *req = NULL;
         int bad = srv_messages_to_chat(root, kind == SRV_COUNT_TOKENS, &req, e);
+        json_decref(root);
+        root = req;
+        if (bad)
+            goto out;
+    } else if (kind == SRV_OLLAMA_CHAT || kind == SRV_OLLAMA_GENERATE) {
+        json_t *req = NULL;
+        int bad = srv_ollama_to_chat(root, kind == SRV_OLLAMA_GENERATE, &req, e);
         json_decref(root);
         root = req;
         if (bad)

@@ -290,6 +290,8 @@ static void on_text(void *ctx, int chan, const char *s, size_t n)
 static void on_id(void *ctx, int32_t id)
 {
     gen *g = ctx;
+    if (g->out.api && !g->out.t_first)
+        g->out.t_first = cli_now();
     if (g->lp_pending)
         add_logprobs(g, id);
     if (g->n_ids == g->cap_ids) {
@@ -416,7 +418,9 @@ static int slot_start(srv *sv, slot *sl, srv_job *j)
                   .lp_pending = j->req.logprobs ? json_array() : NULL};
     gen *g = &sl->g;
     const srv_out_api *api = j->req.kind == SRV_RESPONSES ? &srv_responses_api
-                           : j->req.kind == SRV_MESSAGES ? &srv_messages_api : NULL;
+                           : j->req.kind == SRV_MESSAGES ? &srv_messages_api
+                           : j->req.kind == SRV_OLLAMA_CHAT || j->req.kind == SRV_OLLAMA_GENERATE
+                               ? &srv_ollama_api : NULL;
     if (api) {
         srv_out_init(&g->out, api, sv, j, g->stream);
         if (j->req.kind == SRV_RESPONSES && j->req.store) {

@@ -164,7 +164,7 @@ for (const [name, body, says] of [
       await answer.messages.create({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content: question }], ...body });
       return 'accepted';
     } catch (e) {
-      if (e.status !== 400 || e.error?.error?.type !== 'invalid_request_error' || !e.error.error.message.startsWith(says))
+      if (e.status !== 400 || e.error?.error?.type !== 'invalid_request_error' || !e.error.error.message.includes(says))
         return `${e.status} ${JSON.stringify(e.error)}`;
     }
   });

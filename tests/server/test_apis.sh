@@ -2,7 +2,8 @@
 # The APIs of `moestream serve` beside chat completions, each through the clients that
 # speak it: OpenAI's Responses API (tests/server/responses.mjs: the openai npm client, the
 # Vercel AI SDK's OpenAI provider, LangChain with useResponsesApi) and Anthropic's Messages
-# API (tests/server/messages.mjs: @anthropic-ai/sdk), on tiny gpt_oss models with the
+# API (tests/server/messages.mjs: @anthropic-ai/sdk) and Ollama's API
+# (tests/server/ollama.mjs: the ollama client), on tiny gpt_oss models with the
 # released gpt-oss chat template, scripted (tests/server/model.py) to reason then answer,
 # to call get_weather (or weather__get: a tool of namespace "weather"), or to answer
 # {"city":"Paris"}. Hosted tools' notes must reach the server's log.
@@ -14,7 +15,7 @@ own_tmp=; if [ -z "${MS_TMP:-}" ]; then MS_TMP=$(mktemp -d); own_tmp=1; fi
 W=$MS_TMP/apis; rm -rf "$W"; mkdir -p "$W"
 . tests/server/lib.sh
 trap 'kill_servers; [ -z "$own_tmp" ] || rm -rf "$MS_TMP"' EXIT
-need_node_modules ai @ai-sdk/openai @langchain/openai @langchain/core zod @anthropic-ai/sdk
+need_node_modules ai @ai-sdk/openai @langchain/openai @langchain/core zod @anthropic-ai/sdk ollama
 find_templates
 
 make_model "$W/base" || { fail model "tiny checkpoint"; exit 1; }
@@ -32,6 +33,8 @@ start_server rnstool "$W/nstool" || exit 1
 run_node responses tests/server/responses.mjs "$ranswer_url" "$rtool_url" "$rjson_url" \
   "$rnstool_url" "$SCRIPT_ANSWER" "$SCRIPT_REASONING"
 run_node messages tests/server/messages.mjs "$ranswer_url" "$rtool_url" "$rkeyed_url" \
+  "$SCRIPT_ANSWER" "$SCRIPT_REASONING"
+run_node ollama tests/server/ollama.mjs "$ranswer_url" "$rtool_url" "$rjson_url" \
   "$SCRIPT_ANSWER" "$SCRIPT_REASONING"
 if grep -q 'tools\[0\] ("web_search") is not offered to the model' "$W/ranswer.log"; then
   pass hosted_tool_noted

@@ -478,6 +478,57 @@ static void test_messages_refusals(void)
     free(s);
 }
 
+/* Ollama's /api/chat and /api/generate read as chat requests: options,
+ * format, think, thinking given back, stream on by default; images, raw
+ * prompts and the old API's fields refused by name. */
+static void test_ollama_translated(void)
+{
+    srv_request r;
+    srv_err e;
+    CHECK(parse(SRV_OLLAMA_CHAT, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", "
+                                 "\"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"\", "
+                                 "\"thinking\": \"T\", \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+                                 "\"arguments\": {\"a\": 1}}}]}, {\"role\": \"tool\", \"tool_name\": "
+                                 "\"f\", \"content\": \"r\"}], \"options\": {\"temperature\": 0.2, "
+                                 "\"top_k\": 5, \"num_predict\": 7, \"stop\": [\"X\"], \"num_ctx\": 4096, "
+                                 "\"seed\": 3}, \"format\": \"json\", \"think\": false, \"keep_alive\": "
+                                 "\"5m\"}", &r, &e) == 0, "%s", e.message);
+    CHECK(r.stream && r.max_tokens == 7 && r.have_temperature && r.temperature == 0.2 &&
+          r.top_k == 5 && r.n_stop == 1 && r.have_seed && r.seed == 3 && r.json_mode == 1 &&
+          r.thinking == 0, "options");
+    CHECK(r.n_msgs == 3 && r.msgs[1].reasoning && !strcmp(r.msgs[1].reasoning, "T") &&
+          !strcmp(r.msgs[2].role, "tool"), "messages");
+    srv_request_free(&r);
+
+    CHECK(parse(SRV_OLLAMA_GENERATE, "{\"prompt\": \"p\", \"system\": \"s\", \"stream\": false, "
+                                     "\"think\": \"high\", \"format\": {\"type\": \"object\"}}",
+                &r, &e) == 0, "%s", e.message);
+    CHECK(!r.stream && r.n_msgs == 2 && !strcmp(r.msgs[0].role, "system") &&
+          !strcmp(r.msgs[1].content, "p") && r.json_mode == 2 && r.reasoning_effort &&
+          !strcmp(r.reasoning_effort, "high"), "generate");
+    srv_request_free(&r);
+
+    refused(SRV_OLLAMA_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"images\":"
+                             " [\"aGk=\"]}]}", 400, "messages[0].images", "unsupported_parameter");
+    refused(SRV_OLLAMA_CHAT, "{}", 400, "messages", "missing_required_parameter");
+    refused(SRV_OLLAMA_CHAT, "{\"messages\": [], \"options\": 3}", 400, "options", "invalid_type");
+    refused(SRV_OLLAMA_CHAT, "{\"messages\": [], \"format\": \"xml\"}", 400, "format",
+            "invalid_value");
+    refused(SRV_OLLAMA_CHAT, "{\"messages\": [], \"think\": 1}", 400, "think", "invalid_type");
+    refused(SRV_OLLAMA_GENERATE, "{\"prompt\": \"p\", \"raw\": true}", 400, "raw",
+            "unsupported_parameter");
+    refused(SRV_OLLAMA_GENERATE, "{\"prompt\": \"p\", \"context\": [1, 2]}", 400, "context",
+            "unsupported_parameter");
+    refused(SRV_OLLAMA_GENERATE, "{\"prompt\": 1}", 400, "prompt", "invalid_type");
+    refused(SRV_OLLAMA_GENERATE, "{\"prompt\": \"p\", \"options\": {\"num_predict\": 0}}", 400,
+            "options.num_predict", "invalid_value");
+    srv_err x;
+    srv_fail(&x, 400, "invalid_request_error", "think", "invalid_type", "bad");
+    char *s = srv_error_json_ollama(&x);
+    CHECK(s && !strcmp(s, "{\"error\":\"think: bad\"}"), "%s", s ? s : "(null)");
+    free(s);
+}
+
 static void test_access(void)
 {
     const char *allow[] = {"box.lan"}, *cors[] = {"https://app.example"};
@@ -655,6 +706,7 @@ int main(void)
     TEST_CASE(test_responses_refusals);
     TEST_CASE(test_messages_translated);
     TEST_CASE(test_messages_refusals);
+    TEST_CASE(test_ollama_translated);
     TEST_CASE(test_access);
     TEST_CASE(test_completion_fields);
     TEST_CASE(test_refusals);

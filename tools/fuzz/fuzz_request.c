@@ -1,7 +1,7 @@
-/* libFuzzer target for the server's request parser (app/serve_request.c,
- * app/serve_responses_request.c, app/serve_messages_request.c): any byte
- * string as the body of /v1/chat/completions, /v1/completions,
- * /v1/responses, /v1/messages and /v1/messages/count_tokens, and as an
+/* libFuzzer target for the server's request parser (app/serve_request.c and
+ * the other APIs' app/serve_*_request.c): any byte string as the body of
+ * /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages,
+ * /v1/messages/count_tokens, /api/chat and /api/generate, and as an
  * Authorization header. The parser must never crash, leak or read
  * out of bounds; on success the request must hold what the rest of the server
  * relies on, on failure the error must be a valid JSON object with a 4xx/5xx
@@ -53,6 +53,12 @@ static void check_error(const srv_err *e)
     s = srv_error_json_anthropic(e);
     o = s ? json_loads(s, 0, &je) : NULL;
     if (!o || !json_is_object(json_object_get(o, "error")))
+        abort();
+    json_decref(o);
+    free(s);
+    s = srv_error_json_ollama(e);
+    o = s ? json_loads(s, 0, &je) : NULL;
+    if (!o || !json_is_string(json_object_get(o, "error")))
         abort();
     json_decref(o);
     free(s);

@@ -77,7 +77,7 @@ for t in $targets; do
   request)
     clang -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Iapp "${san[@]}" \
       tools/fuzz/fuzz_request.c app/serve_request.c app/serve_responses_request.c \
-      app/serve_messages_request.c -ljansson -o "$out/fuzz_request"
+      app/serve_messages_request.c app/serve_ollama_request.c -ljansson -o "$out/fuzz_request"
     mkdir -p "$out/corpus"; cp -n tools/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
     run request "$out/corpus" -dict=tools/fuzz/request.dict -max_len=4096 "$@" ;;
   output)
