@@ -78,7 +78,7 @@ over_requests() { # NAME TEMPLATE_FILE [flags]
   done
 }
 TD=
-for d in ../shared/templates /work/shared/templates; do [ -d "$d" ] && { TD=$d; break; }; done
+for d in ${MS_TEMPLATES:-} ../shared/templates /work/shared/templates; do [ -d "$d" ] && { TD=$d; break; }; done
 if [ -z "$TD" ]; then
   fail shared_templates "no ../shared/templates (nor /work/shared/templates)"
 else

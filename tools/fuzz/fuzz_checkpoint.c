@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "moestream.h"
+#include "scratch.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -133,7 +134,9 @@ static void write_seeds(const char *out)
  * the three an input writes. */
 static void make_folder(family *fm, int k)
 {
-    snprintf(fm->work, sizeof fm->work, "/dev/shm/moestream-fuzz-ckpt.%d.%d", (int)getpid(), k);
+    char name[16];
+    snprintf(name, sizeof name, "ckpt%d", k);
+    snprintf(fm->work, sizeof fm->work, "%s", scratch_path(name));
     mkdir(fm->work, 0755);
     DIR *d = opendir(fm->dir);
     if (!d)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "moestream.h"
+#include "scratch.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -87,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     static char path[64];
     if (!path[0])
-        snprintf(path, sizeof path, "/dev/shm/moestream-fuzz-session.%d", (int)getpid());
+        snprintf(path, sizeof path, "%s", scratch_path("session"));
     FILE *f = fopen(path, "wb");
     if (!f)
         abort();

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "moestream.h"
+#include "scratch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -20,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static char dir[64];
     if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/dev/shm/moestream-fuzz-tok.%d", (int)getpid());
+        snprintf(dir, sizeof dir, "%s", scratch_path("tok"));
         mkdir(dir, 0755);
     }
     const uint8_t *ff = memchr(data, 0xFF, size);
