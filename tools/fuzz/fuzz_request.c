@@ -39,29 +39,22 @@ static void check_request(const srv_request *r)
         abort();
 }
 
+/* The error in each API's shape: a JSON object with its "error" (an object;
+ * Ollama's a string). */
 static void check_error(const srv_err *e)
 {
+    char *(*const shape[3])(const srv_err *) = {srv_error_json, srv_error_json_anthropic,
+                                                srv_error_json_ollama};
     if (e->status < 400 || e->status > 599)
         abort();
-    char *s = srv_error_json(e);
-    json_error_t je;
-    json_t *o = s ? json_loads(s, 0, &je) : NULL;
-    if (!o || !json_is_object(json_object_get(o, "error")))
-        abort();
-    json_decref(o);
-    free(s);
-    s = srv_error_json_anthropic(e);
-    o = s ? json_loads(s, 0, &je) : NULL;
-    if (!o || !json_is_object(json_object_get(o, "error")))
-        abort();
-    json_decref(o);
-    free(s);
-    s = srv_error_json_ollama(e);
-    o = s ? json_loads(s, 0, &je) : NULL;
-    if (!o || !json_is_string(json_object_get(o, "error")))
-        abort();
-    json_decref(o);
-    free(s);
+    for (int k = 0; k < 3; k++) {
+        char *s = shape[k](e);
+        json_t *o = s ? json_loads(s, 0, NULL) : NULL, *err = json_object_get(o, "error");
+        if (!(k == 2 ? json_is_string(err) : json_is_object(err)))
+            abort();
+        json_decref(o);
+        free(s);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
