@@ -13,7 +13,8 @@ struct ms_sampler {
     int32_t vocab;
     ms_rng rng;
     float *prob;
-    int32_t *idx;
+    int32_t *idx, *idx2;     /* candidates in order; the radix sort's other buffer */
+    uint32_t *key, *key2;    /* their sort keys, and the other buffer */
     uint32_t *seen;     /* [vocab] occurrences, for the penalties */
     int penalised;
     int32_t limit;      /* draw only ids < limit */
@@ -65,7 +66,10 @@ int ms_sampler_open(const ms_sampling *p, int32_t vocab, ms_sampler **out, ms_er
     ms_rng_seed(&s->rng, p->seed);
     s->prob = ms_malloc(sizeof *s->prob * (size_t)vocab, "sampler", err);
     s->idx = s->prob ? ms_malloc(sizeof *s->idx * (size_t)vocab, "sampler", err) : NULL;
-    s->seen = s->idx ? ms_calloc((size_t)vocab, sizeof *s->seen, "sampler", err) : NULL;
+    s->idx2 = s->idx ? ms_malloc(sizeof *s->idx2 * (size_t)vocab, "sampler", err) : NULL;
+    s->key = s->idx2 ? ms_malloc(sizeof *s->key * (size_t)vocab, "sampler", err) : NULL;
+    s->key2 = s->key ? ms_malloc(sizeof *s->key2 * (size_t)vocab, "sampler", err) : NULL;
+    s->seen = s->key2 ? ms_calloc((size_t)vocab, sizeof *s->seen, "sampler", err) : NULL;
     s->penalised = (p->repetition_penalty > 0 && p->repetition_penalty != 1) ||
                    p->presence_penalty != 0 || p->frequency_penalty != 0;
     if (!s->seen) {
@@ -82,6 +86,9 @@ void ms_sampler_close(ms_sampler *s)
         return;
     free(s->prob);
     free(s->idx);
+    free(s->idx2);
+    free(s->key);
+    free(s->key2);
     free(s->seen);
     free(s);
 }
@@ -112,14 +119,51 @@ static int32_t argmax(const float *v, int32_t n)
     return i;
 }
 
-/* Descending value, ties by id: a total order (qsort_r's context: the values). */
-static int by_prob_desc(const void *a, const void *b, void *key)
+/* A float's sort key: unsigned keys in ascending order are the values in
+ * descending order (-0 the same as +0). */
+static uint32_t desc_key(float f)
 {
-    const float *v = key;
-    float x = v[*(const int32_t *)a], y = v[*(const int32_t *)b];
-    if (x != y)
-        return x > y ? -1 : 1;
-    return *(const int32_t *)a - *(const int32_t *)b;
+    uint32_t u;
+    if (f == 0)
+        f = 0; /* -0 as +0: equal values are ties */
+    memcpy(&u, &f, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending order of values */
+    return ~u;
+}
+
+/* The n candidates s->idx[] (ascending ids) in descending value, ties by
+ * id: a stable LSD radix sort on their keys, a byte a pass (a pass is
+ * skipped where every key has the same byte). The order is the total order
+ * a comparison sort by (value desc, id asc) gives; qsort_r with such a
+ * comparator took ~8-28 ms for a 45k-200k head, this ~1. */
+static void sort_desc(ms_sampler *s, int32_t n)
+{
+    int32_t *idx = s->idx, *to_idx = s->idx2;
+    uint32_t *key = s->key, *to_key = s->key2;
+    for (int32_t i = 0; i < n; i++)
+        key[i] = desc_key(s->prob[idx[i]]);
+    for (int shift = 0; shift < 32; shift += 8) {
+        int32_t count[257] = {0};
+        for (int32_t i = 0; i < n; i++)
+            count[((key[i] >> shift) & 0xFF) + 1]++;
+        if (count[((key[0] >> shift) & 0xFF) + 1] == n)
+            continue; /* one byte value: the order stands */
+        for (int b = 0; b < 256; b++)
+            count[b + 1] += count[b];
+        for (int32_t i = 0; i < n; i++) {
+            int32_t at = count[(key[i] >> shift) & 0xFF]++;
+            to_idx[at] = idx[i];
+            to_key[at] = key[i];
+        }
+        int32_t *ti = idx;
+        idx = to_idx;
+        to_idx = ti;
+        uint32_t *tk = key;
+        key = to_key;
+        to_key = tk;
+    }
+    if (idx != s->idx)
+        memcpy(s->idx, idx, sizeof *idx * (size_t)n);
 }
 
 void ms_sampler_accept(ms_sampler *s, const int32_t *ids, int64_t n)
@@ -212,7 +256,7 @@ int32_t ms_sampler_next(ms_sampler *s, const float *logits)
         int all = nc == n;
         if (keep < n && nc < keep && !all)
             continue; /* the top-k set is not all in (without top-k, any head is a prefix) */
-        qsort_r(s->idx, (size_t)nc, sizeof *s->idx, by_prob_desc, s->prob);
+        sort_desc(s, nc);
         if (keep < n) {
             sum = 0;
             for (int32_t i = 0; i < keep; i++)

@@ -234,13 +234,15 @@ static void test_cuts_as_a_whole_sort(void)
     struct { float t, p, mp; int32_t k; } cfg[] = {
         {0.6f, 0.95f, 0.0f, 0}, {1.0f, 0.5f, 0.0f, 0}, {0.7f, 1.0f, 0.05f, 0},
         {0.6f, 0.95f, 0.0f, 20}, {1.0f, 1.0f, 0.0f, 300}, {0.8f, 0.9f, 0.01f, 50}};
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 3; c++) {
         uint64_t h = 777 + (uint64_t)c;
         for (int32_t i = 0; i < V; i++) {
             h = h * 6364136223846793005ull + 1442695040888963407ull;
             double u = (double)(h >> 11) * 0x1.0p-53;
             l[i] = c == 0 ? (float)(6 * u) /* flat */
-                          : i % 300 == 7 ? 12.0f - (float)(i % 7) : (float)(-20 + 8 * u);
+                 : c == 1 ? i % 300 == 7 ? 12.0f - (float)(i % 7) : (float)(-20 + 8 * u)
+                 /* ties everywhere, negative values, -0 beside +0 (equal: ties by id) */
+                 : i % 13 == 0 ? -0.0f : 0.25f * (float)((int)(24 * u) - 16);
         }
         for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
             float m = -INFINITY;
