@@ -773,6 +773,35 @@ static int get_options(const json_t *root, srv_request *r, srv_err *e)
     return 0;
 }
 
+/* What a Responses API request keeps beside its chat request (meta: what
+ * srv_responses_to_chat gave): the echo, instructions, previous id, store,
+ * namespaced tools' names, and the notes, a line each. */
+static int responses_meta(srv_request *r, const json_t *meta, srv_err *e)
+{
+    json_t *echo = json_object_get(meta, "echo"), *notes = json_object_get(meta, "notes");
+    r->reasoning_summary =
+        json_is_string(json_object_get(json_object_get(echo, "reasoning"), "summary"));
+    r->store = json_is_true(json_object_get(echo, "store"));
+    const char *ins = json_string_value(json_object_get(echo, "instructions"));
+    const char *prev = json_string_value(json_object_get(echo, "previous_response_id"));
+    if ((ins && !(r->instructions = strdup(ins))) || (prev && !(r->previous_id = strdup(prev))) ||
+        !(r->echo_json = json_dumps(echo, JSON_COMPACT)) ||
+        !(r->names_json = json_dumps(json_object_get(meta, "namespaces"), JSON_COMPACT)))
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < json_array_size(notes); i++) {
+        const char *line = json_string_value(json_array_get(notes, i));
+        size_t had = r->notes ? strlen(r->notes) : 0, n = strlen(line);
+        char *p = realloc(r->notes, had + n + 2);
+        if (!p)
+            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(p + had, line, n);
+        p[had + n] = '\n';
+        p[had + n + 1] = 0;
+        r->notes = p;
+    }
+    return 0;
+}
+
 int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, srv_err *e)
 {
     memset(r, 0, sizeof *r);
@@ -793,55 +822,17 @@ int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, sr
                  "The request body must be a JSON object, got %s.", type_name(root));
         goto out;
     }
-    if (kind == SRV_MESSAGES || kind == SRV_COUNT_TOKENS) {
-        /* the chat request it amounts to is what the rest reads */
+    if (kind != SRV_CHAT && kind != SRV_COMPLETION) {
+        /* another API: the chat request it amounts to is what the rest reads */
         json_t *req = NULL;
-        int bad = srv_messages_to_chat(root, kind == SRV_COUNT_TOKENS, &req, e);
+        int bad = kind == SRV_RESPONSES ? srv_responses_to_chat(root, &req, &meta, e)
+                : kind == SRV_OLLAMA_CHAT || kind == SRV_OLLAMA_GENERATE
+                    ? srv_ollama_to_chat(root, kind == SRV_OLLAMA_GENERATE, &req, e)
+                    : srv_messages_to_chat(root, kind == SRV_COUNT_TOKENS, &req, e);
         json_decref(root);
         root = req;
-        if (bad)
+        if (bad || (kind == SRV_RESPONSES && responses_meta(r, meta, e)))
             goto out;
-    } else if (kind == SRV_OLLAMA_CHAT || kind == SRV_OLLAMA_GENERATE) {
-        json_t *req = NULL;
-        int bad = srv_ollama_to_chat(root, kind == SRV_OLLAMA_GENERATE, &req, e);
-        json_decref(root);
-        root = req;
-        if (bad)
-            goto out;
-    } else if (kind == SRV_RESPONSES) {
-        json_t *req = NULL;
-        int bad = srv_responses_to_chat(root, &req, &meta, e);
-        json_decref(root);
-        root = req;
-        if (bad)
-            goto out;
-        json_t *echo = json_object_get(meta, "echo"), *notes = json_object_get(meta, "notes");
-        r->reasoning_summary =
-            json_is_string(json_object_get(json_object_get(echo, "reasoning"), "summary"));
-        r->store = json_is_true(json_object_get(echo, "store"));
-        const char *ins = json_string_value(json_object_get(echo, "instructions"));
-        const char *prev = json_string_value(json_object_get(echo, "previous_response_id"));
-        if ((ins && !(r->instructions = strdup(ins))) ||
-            (prev && !(r->previous_id = strdup(prev)))) {
-            srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-            goto out;
-        }
-        if (!(r->echo_json = json_dumps(echo, JSON_COMPACT)) ||
-            !(r->names_json = json_dumps(json_object_get(meta, "namespaces"), JSON_COMPACT))) {
-            srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < json_array_size(notes); i++) {
-            const char *line = json_string_value(json_array_get(notes, i));
-            size_t had = r->notes ? strlen(r->notes) : 0, n = strlen(line);
-            char *p = realloc(r->notes, had + n + 2);
-            if (!p)
-                break;
-            memcpy(p + had, line, n);
-            p[had + n] = '\n';
-            p[had + n + 1] = 0;
-            r->notes = p;
-        }
     }
     if ((chatlike ? get_messages(root, r, norm, e) : get_prompt(root, r, e)) == 0 &&
         get_options(root, r, e) == 0 && (!chatlike || get_tools(root, r, chat, e) == 0))
