@@ -114,6 +114,8 @@ typedef struct srv_request {
  * srv_request_free (also safe after a failure). */
 int srv_parse_request(int kind, const char *body, size_t len, srv_request *r, srv_err *e);
 void srv_request_free(srv_request *r);
+/* Adds a line to r->notes (said on stderr, once per text); -1 out of memory. */
+int srv_note(srv_request *r, const char *line);
 
 /* serve_responses_request.c: a Responses API request as a chat-completions
  * request (*chat), or -1 with *e naming the field of the Responses request

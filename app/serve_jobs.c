@@ -2,6 +2,7 @@
  * (which prepare a request: template, tokens, constraints, then queue it)
  * and the worker (which serves it); also /v1/models and /metrics, which read
  * the server's state. */
+#include <ctype.h>
 #include <dirent.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -200,6 +201,33 @@ int srv_constrain(srv *sv, srv_job *j, ms_grammar **g, ms_error *err)
     return 0;
 }
 
+/* A system or user message whose text is not in the prompt: the template
+ * left it out (gpt-oss's takes only the first system message, and Claude
+ * Code sends one later in the conversation). Said, not silently lost. */
+static void note_left_out(srv_request *r, const char *prompt)
+{
+    json_t *chat = json_loads(r->chat_json, 0, NULL), *m;
+    size_t i, plen = strlen(prompt);
+    json_array_foreach(json_object_get(chat, "messages"), i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const char *c = json_string_value(json_object_get(m, "content"));
+        if (!role || (strcmp(role, "system") && strcmp(role, "user")) || !c)
+            continue;
+        size_t n = strlen(c); /* as templates may strip it */
+        while (n && isspace((unsigned char)c[n - 1]))
+            n--;
+        while (n && isspace((unsigned char)*c))
+            c++, n--;
+        if (!n || memmem(prompt, plen, c, n))
+            continue;
+        char line[160];
+        snprintf(line, sizeof line, "messages[%zu] (%s) is not in the prompt: the chat "
+                 "template leaves it out", i, role);
+        srv_note(r, line);
+    }
+    json_decref(chat);
+}
+
 int srv_prepare(srv *sv, srv_job *j, srv_err *e)
 {
     ms_error err = {0};
@@ -229,6 +257,7 @@ int srv_prepare(srv *sv, srv_job *j, srv_err *e)
                             j->req.kind == SRV_RESPONSES ? "input" : "messages", NULL, "%s",
                             err.msg);
         j->opens_reasoning = ms_chat_prompt_opens_reasoning(text);
+        note_left_out(&j->req, text);
         t = text;
     }
     int rc = ms_tokenizer_encode(sv->tok, t, strlen(t), 1, &j->ids, &j->n_ids, &err);

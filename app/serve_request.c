@@ -788,17 +788,22 @@ static int responses_meta(srv_request *r, const json_t *meta, srv_err *e)
         !(r->echo_json = json_dumps(echo, JSON_COMPACT)) ||
         !(r->names_json = json_dumps(json_object_get(meta, "namespaces"), JSON_COMPACT)))
         return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < json_array_size(notes); i++) {
-        const char *line = json_string_value(json_array_get(notes, i));
-        size_t had = r->notes ? strlen(r->notes) : 0, n = strlen(line);
-        char *p = realloc(r->notes, had + n + 2);
-        if (!p)
+    for (size_t i = 0; i < json_array_size(notes); i++)
+        if (srv_note(r, json_string_value(json_array_get(notes, i))))
             return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy(p + had, line, n);
-        p[had + n] = '\n';
-        p[had + n + 1] = 0;
-        r->notes = p;
-    }
+    return 0;
+}
+
+int srv_note(srv_request *r, const char *line)
+{
+    size_t had = r->notes ? strlen(r->notes) : 0, n = strlen(line);
+    char *p = realloc(r->notes, had + n + 2);
+    if (!p)
+        return -1;
+    memcpy(p + had, line, n);
+    p[had + n] = '\n';
+    p[had + n + 1] = 0;
+    r->notes = p;
     return 0;
 }
 

@@ -60,6 +60,15 @@ await check('messages_multi_turn', async () => {
   if (!(m.usage.cache_read_input_tokens > 0)) return `no prompt-cache share reported: ${JSON.stringify(m.usage)}`;
 });
 
+// a system message inside the conversation, as Claude Code sends its environment: accepted;
+// gpt-oss's template leaves it out, which the server's log must say (test_apis.sh)
+await check('messages_system_message_inside', async () => {
+  const m = await answer.messages.create({ model: 'm', max_tokens: 1, messages: [
+    { role: 'user', content: question }, { role: 'system', content: 'Environment: the test suite' },
+    { role: 'user', content: 'Go on.' }] });
+  if (m.type !== 'message') return JSON.stringify(m);
+});
+
 await check('messages_max_tokens', async () => {
   const m = await answer.messages.create({ model: 'm', max_tokens: 5, temperature: 0, messages: [{ role: 'user', content: question }] });
   if (m.stop_reason !== 'max_tokens' || m.usage.output_tokens !== 5) return `${m.stop_reason} ${JSON.stringify(m.usage)}`;
