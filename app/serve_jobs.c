@@ -220,9 +220,19 @@ static void note_left_out(srv_request *r, const char *prompt)
             c++, n--;
         if (!n || memmem(prompt, plen, c, n))
             continue;
-        char line[160];
-        snprintf(line, sizeof line, "messages[%zu] (%s) is not in the prompt: the chat "
-                 "template leaves it out", i, role);
+        /* named by its opening words: the index is the chat request's, which
+         * may not be the client's (a system parameter, instructions) */
+        char head[44], line[200];
+        size_t k = 0;
+        for (size_t q = 0; q < n && k < 40; q++)
+            head[k++] = c[q] == '\n' || c[q] == '"' ? ' ' : c[q];
+        while (k && (head[k - 1] & 0xC0) == 0x80) /* not in the middle of a character */
+            k--;
+        if (k && (unsigned char)head[k - 1] >= 0xC0)
+            k--;
+        head[k] = 0;
+        snprintf(line, sizeof line, "a %s message (\"%s%s\") is not in the prompt: the chat "
+                 "template leaves it out", role, head, n > k ? "..." : "");
         srv_note(r, line);
     }
     json_decref(chat);

@@ -41,7 +41,7 @@ if grep -q 'tools\[0\] ("web_search") is not offered to the model' "$W/ranswer.l
 else
   fail hosted_tool_noted "no note of the web_search tool left out in $W/ranswer.log"
 fi
-if grep -q 'messages\[1\] (system) is not in the prompt: the chat template leaves it out' "$W/ranswer.log"; then
+if grep -q 'a system message ("Environment: the test suite") is not in the prompt: the chat template leaves it out' "$W/ranswer.log"; then
   pass left_out_message_noted
 else
   fail left_out_message_noted "no note of the system message gpt-oss's template left out in $W/ranswer.log"
