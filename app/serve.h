@@ -132,6 +132,9 @@ int srv_responses_to_chat(const json_t *root, json_t **chat, json_t **meta, srv_
  * r->chat_json is replaced; *conversation gets prev + its own messages,
  * instructions aside (malloc'd). -1 with *e on failure. */
 int srv_responses_compose(srv_request *r, const char *prev, char **conversation, srv_err *e);
+/* A namespaced tool's name as the model sees it, NAMESPACE__NAME (as Codex
+ * flattens them); NAME without a namespace (ns NULL). NULL out of memory. */
+json_t *srv_flat_name(const char *ns, const char *name);
 
 /* serve_messages_request.c: an Anthropic Messages API request as a chat
  * request (count_only: for /v1/messages/count_tokens, max_tokens not
@@ -352,6 +355,10 @@ char *srv_metrics_text(srv *sv);
 /* Text as a JSON string; bytes that are not UTF-8 (never expected: the
  * streaming decoder emits whole characters) become U+FFFD. */
 json_t *srv_json_text(const char *s, size_t n);
+/* Appends d's text to the string o[key] ("" when there is none yet). */
+void srv_json_append(json_t *o, const char *key, const json_t *d);
+/* A UTC time as ISO 8601, 2026-12-07T21:46:27Z. */
+void srv_iso_time(time_t t, char at[32]);
 
 /* The request's thinking switch, else the server's default. */
 int srv_job_thinking(const srv *sv, const srv_job *j);

@@ -175,6 +175,27 @@ json_t *srv_json_text(const char *s, size_t n)
     return v;
 }
 
+void srv_json_append(json_t *o, const char *key, const json_t *d)
+{
+    json_t *t = json_object_get(o, key);
+    size_t a = json_string_length(t), b = json_string_length(d);
+    char *cat = malloc(a + b + 1);
+    if (!cat)
+        return;
+    if (a) /* (no such key yet: nothing to copy, and no pointer to copy from) */
+        memcpy(cat, json_string_value(t), a);
+    memcpy(cat + a, json_string_value(d), b);
+    json_object_set_new(o, key, json_stringn(cat, a + b));
+    free(cat);
+}
+
+void srv_iso_time(time_t t, char at[32])
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(at, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
 int srv_job_thinking(const srv *sv, const srv_job *j)
 {
     return j->req.thinking >= 0 ? j->req.thinking : sv->thinking;
@@ -443,11 +464,8 @@ static json_t *ollama_details(const srv *sv)
 
 char *srv_ollama_json(const srv *sv, int route_show)
 {
-    char at[40];
-    time_t t = sv->started;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char at[32];
+    srv_iso_time(sv->started, at);
     json_t *o;
     if (route_show) {
         char key[96];

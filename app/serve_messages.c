@@ -11,7 +11,6 @@
  * a prompt cache supplied are cache_read_input_tokens. */
 #include <jansson.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "serve.h"
@@ -83,15 +82,8 @@ static void text(srv_out *o, int chan, const char *s, size_t n)
                                                  "content_block", b));
     }
     json_t *b = json_array_get(o->parts, (size_t)last_index(o));
-    json_t *d = srv_json_text(s, n), *t = json_object_get(b, key);
-    size_t la = json_string_length(t), lb = json_string_length(d);
-    char *cat = malloc(la + lb + 1);
-    if (cat) {
-        memcpy(cat, json_string_value(t), la);
-        memcpy(cat + la, json_string_value(d), lb);
-        json_object_set_new(b, key, json_stringn(cat, la + lb));
-        free(cat);
-    }
+    json_t *d = srv_json_text(s, n);
+    srv_json_append(b, key, d);
     emit(o, "content_block_delta",
          json_pack("{s:i, s:{s:s, s:o}}", "index", last_index(o), "delta", "type",
                    kind == OPEN_THINKING ? "thinking_delta" : "text_delta", key, d));

@@ -26,11 +26,8 @@ static int generate(const srv_out *o)
 /* A line: {"model", "created_at", ...fields, "done"} */
 static json_t *line(const srv_out *o, json_t *fields, int done)
 {
-    char at[40];
-    time_t t = (time_t)o->j->created;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char at[32];
+    srv_iso_time((time_t)o->j->created, at);
     json_t *l = json_pack("{s:s, s:s}", "model", o->sv->name, "created_at", at);
     json_object_update(l, fields);
     json_decref(fields);
@@ -82,16 +79,8 @@ static void text(srv_out *o, int chan, const char *s, size_t n)
         return;
     first(o);
     const char *key = chan == MS_CHAT_REASONING ? "thinking" : "content";
-    json_t *m = message(o), *d = srv_json_text(s, n), *t = json_object_get(m, key);
-    size_t a = json_string_length(t), b = json_string_length(d);
-    char *cat = malloc(a + b + 1);
-    if (cat) {
-        if (a) /* (no "thinking" before the first piece of it) */
-            memcpy(cat, json_string_value(t), a);
-        memcpy(cat + a, json_string_value(d), b);
-        json_object_set_new(m, key, json_stringn(cat, a + b));
-        free(cat);
-    }
+    json_t *d = srv_json_text(s, n);
+    srv_json_append(message(o), key, d);
     if (o->stream)
         emit(o, line(o, piece(o, key, d), 0));
     else

@@ -139,20 +139,6 @@ static void open_item(srv_out *r, int kind)
     }
 }
 
-/* d's text appended to the "text" of a part. */
-static void append_text(json_t *part, const json_t *d)
-{
-    json_t *t = json_object_get(part, "text");
-    size_t a = json_string_length(t), b = json_string_length(d);
-    char *cat = malloc(a + b + 1);
-    if (!cat)
-        return;
-    memcpy(cat, json_string_value(t), a);
-    memcpy(cat + a, json_string_value(d), b);
-    json_object_set_new(part, "text", json_stringn(cat, a + b));
-    free(cat);
-}
-
 static void text(srv_out *r, int chan, const char *s, size_t n)
 {
     if (!n)
@@ -165,11 +151,11 @@ static void text(srv_out *r, int chan, const char *s, size_t n)
     json_t *it = last_item(r);
     json_t *part = json_array_get(json_object_get(it, "content"), 0);
     json_t *d = srv_json_text(s, n), *sum = json_array_get(json_object_get(it, "summary"), 0);
-    append_text(part, d);
+    srv_json_append(part, "text", d);
     const char *id = json_string_value(json_object_get(it, "id"));
     int k = last_index(r);
     if (sum) {
-        append_text(sum, d);
+        srv_json_append(sum, "text", d);
         emit(r, "response.reasoning_summary_text.delta",
              json_pack("{s:s, s:i, s:i, s:O}", "item_id", id, "output_index", k,
                        "summary_index", 0, "delta", d));
@@ -274,7 +260,6 @@ static char *end(srv_out *r, const srv_out_end *e)
 json_t *srv_responses_answer(const srv_out *r)
 {
     json_t *m = json_pack("{s:s, s:s}", "role", "assistant", "content", ""), *calls = NULL;
-    json_t *names = json_loads(r->j->req.names_json ? r->j->req.names_json : "{}", 0, NULL);
     size_t i;
     json_t *it;
     json_array_foreach(r->parts, i, it) {
@@ -287,18 +272,8 @@ json_t *srv_responses_answer(const srv_out *r)
             json_object_set(m, "thinking", text);
         } else if (!strcmp(ty, "function_call")) {
             /* as the template saw it: the flat name, the arguments an object */
-            const char *ns = json_string_value(json_object_get(it, "namespace"));
-            const char *name = json_string_value(json_object_get(it, "name"));
-            char flat[512];
-            snprintf(flat, sizeof flat, "%s", name);
-            if (ns) { /* the key the request's map gave it */
-                const char *k;
-                json_t *v;
-                json_object_foreach(names, k, v)
-                    if (!strcmp(json_string_value(json_object_get(v, "namespace")), ns) &&
-                        !strcmp(json_string_value(json_object_get(v, "name")), name))
-                        snprintf(flat, sizeof flat, "%s", k);
-            }
+            json_t *flat = srv_flat_name(json_string_value(json_object_get(it, "namespace")),
+                                         json_string_value(json_object_get(it, "name")));
             const char *args = json_string_value(json_object_get(it, "arguments"));
             json_t *a = args ? json_loads(args, 0, NULL) : NULL;
             if (!json_is_object(a)) {
@@ -307,13 +282,12 @@ json_t *srv_responses_answer(const srv_out *r)
             }
             if (!calls)
                 json_object_set_new(m, "tool_calls", calls = json_array());
-            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:s, s:o}}", "id",
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:o, s:o}}", "id",
                                                    json_object_get(it, "call_id"), "type",
                                                    "function", "function", "name", flat,
                                                    "arguments", a));
         }
     }
-    json_decref(names);
     return m;
 }
 

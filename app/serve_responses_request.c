@@ -62,7 +62,7 @@ static int item_string(const json_t *item, const char *key, const char *at, json
 /* A tool's name as the model sees it: a namespaced tool's is
  * NAMESPACE__NAME (as Codex flattens them where a namespace cannot be
  * kept), and `names` maps it back to the two. */
-static json_t *flat_name(const char *ns, const char *name)
+json_t *srv_flat_name(const char *ns, const char *name)
 {
     if (!ns)
         return json_string(name);
@@ -144,7 +144,7 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e)
                 (rc = item_string(it, "name", at, &name, e)) ||
                 (rc = item_string(it, "arguments", at, &args, e)))
                 break;
-            json_t *flat = flat_name(json_string_value(json_object_get(it, "namespace")),
+            json_t *flat = srv_flat_name(json_string_value(json_object_get(it, "namespace")),
                                      json_string_value(name));
             if (!open) {
                 open = json_pack("{s:s, s:n}", "role", "assistant", "content");
@@ -215,7 +215,7 @@ static int add_function(const json_t *t, const char *at, const char *ns, json_t 
         snprintf(param, sizeof param, "%s.name", at);
         return srv_bad_type(e, param, "a string", name ? name : json_null());
     }
-    json_t *flat = flat_name(ns, json_string_value(name));
+    json_t *flat = srv_flat_name(ns, json_string_value(name));
     if (!flat)
         return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     json_t *f = json_pack("{s:o}", "name", flat);
@@ -302,7 +302,7 @@ static int tools_of(const json_t *root, json_t *chat, json_t *meta, srv_err *e)
                                                                                   "namespace");
             if (!json_is_string(name))
                 return srv_bad_type(e, "tool_choice.name", "a string", name ? name : json_null());
-            json_t *flat = flat_name(json_string_value(ns), json_string_value(name));
+            json_t *flat = srv_flat_name(json_string_value(ns), json_string_value(name));
             json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:o}}", "type",
                                                                "function", "function", "name",
                                                                flat));

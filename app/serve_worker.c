@@ -1,8 +1,9 @@
 /* moestream serve: the worker. It owns the slots (one session each), runs
  * every queued job through them (serve.h's jobs) and writes the OpenAI
  * responses: streamed chunks (content, reasoning, tool-call deltas,
- * logprobs) or whole completions, or, for the Responses API, the items
- * and events serve_responses.c makes of the same text and calls. */
+ * logprobs) or whole completions, or, for an API of typed parts (OpenAI's
+ * Responses, Anthropic's Messages, Ollama's), what its srv_out_api makes of
+ * the same text and calls. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
